@@ -1,0 +1,39 @@
+"""Errors a user can act on. Each message is one line that says what to do next."""
+
+from __future__ import annotations
+
+
+class BrbError(Exception):
+    """Base class: the CLI prints ``str(error)`` and exits non-zero."""
+
+    exit_code = 2
+
+
+class SourceError(BrbError):
+    """A source (chat.db, AddressBook, WhatsApp store) cannot be read as asked."""
+
+
+class SourceMissingError(SourceError):
+    """The path does not exist."""
+
+
+class NotADatabaseError(SourceError):
+    """The file exists but is not an SQLite database."""
+
+
+class UnknownSchemaError(SourceError):
+    """The database lacks tables or columns this reader needs."""
+
+
+class DatabaseLockedError(SourceError):
+    """The database is locked by another process (e.g. Messages is writing)."""
+
+
+class StoreError(BrbError):
+    """brb.db / brb.duckdb / an index is missing or damaged."""
+
+
+class CancelledError(BrbError):
+    """The run was cancelled by the user; earlier complete results are intact."""
+
+    exit_code = 130

@@ -1,0 +1,86 @@
+"""The normalized record shapes every channel produces and every later stage consumes.
+
+Readers in ``brb_pipeline.sources`` return a :class:`ReadResult` whose ``messages`` and ``chats``
+frames have exactly the schemas below (column order included), whatever the channel. Timestamps
+are UTC microseconds. Message text never leaves these frames for logs or Dagster metadata.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+CHANNELS = ("imessage", "whatsapp")
+
+# Reaction kinds, in Apple's associated_message_type order (2000 + i adds, 3000 + i removes).
+REACTION_KINDS = ("love", "like", "dislike", "laugh", "emphasize", "question", "emoji", "sticker")
+
+REACTION = pl.Struct(
+    {
+        "kind": pl.Utf8,  # one of REACTION_KINDS
+        "sender": pl.Utf8,  # normalized handle, null when is_from_me
+        "is_from_me": pl.Boolean,
+        "ts": pl.Datetime("us", "UTC"),
+        "emoji": pl.Utf8,  # the emoji for kind == "emoji", else null
+    }
+)
+
+MESSAGE_SCHEMA = pl.Schema(
+    {
+        "channel": pl.Utf8,  # "imessage" | "whatsapp"
+        "message_id": pl.Utf8,  # f"{channel}:{guid}", stable across snapshots
+        "source_rowid": pl.Int64,  # ROWID / Z_PK in the source, for incremental reads
+        "chat_id": pl.Utf8,  # f"{channel}:{chat guid}"; ORPHAN_CHAT_ID when no chat join exists
+        "sender": pl.Utf8,  # normalized handle of the sender; null when is_from_me
+        "is_from_me": pl.Boolean,
+        "ts": pl.Datetime("us", "UTC"),
+        "text": pl.Utf8,  # final (post-edit) text; null when there is none
+        "text_source": pl.Utf8,  # "text" | "attributed_body" | "none"
+        "undecodable": pl.Boolean,  # an attributedBody was present but yielded no text
+        "edited": pl.Boolean,
+        "attachments": pl.Int32,  # number of attachments (images, files, stickers...)
+        "reactions": pl.List(REACTION),  # tapbacks folded onto this message, final state
+    }
+)
+
+CHAT_SCHEMA = pl.Schema(
+    {
+        "channel": pl.Utf8,
+        "chat_id": pl.Utf8,
+        "kind": pl.Utf8,  # "direct" | "group"
+        "display_name": pl.Utf8,  # group name as set in the app; null for most direct chats
+        "participants": pl.List(pl.Utf8),  # normalized handles, sorted, excluding the owner
+    }
+)
+
+ORPHAN_CHAT_ID = "orphan"  # chat_id suffix for messages with no chat_message_join row
+UNKNOWN_CONTACT_ID = "unknown"  # contact bucket for orphans and vanished handles
+
+
+@dataclass
+class ReadResult:
+    """What a channel reader returns.
+
+    Attributes:
+        messages: frame with MESSAGE_SCHEMA, one row per message with content or attachments
+            (tapbacks are folded into ``reactions`` of their parent, unsent parts dropped).
+        chats: frame with CHAT_SCHEMA.
+        stats: counters a person would look at, e.g. ``messages_read``, ``tapbacks_folded``,
+            ``orphans``, ``unknown_handle``, ``from_attributed_body``, ``undecodable``,
+            ``unsent_dropped``, ``edited``. Counts only, never text.
+        warnings: one-line, text-free warnings (e.g. "12 tapbacks whose parent is missing").
+    """
+
+    messages: pl.DataFrame
+    chats: pl.DataFrame
+    stats: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+def empty_messages() -> pl.DataFrame:
+    return pl.DataFrame(schema=MESSAGE_SCHEMA)
+
+
+def empty_chats() -> pl.DataFrame:
+    return pl.DataFrame(schema=CHAT_SCHEMA)
