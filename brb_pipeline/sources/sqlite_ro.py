@@ -1,0 +1,90 @@
+"""Open source databases strictly read-only, with one-line errors a user can act on."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping, Set
+from pathlib import Path
+
+from brb_pipeline.core.errors import (
+    DatabaseLockedError,
+    NotADatabaseError,
+    SourceMissingError,
+    UnknownSchemaError,
+)
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def open_readonly(
+    path: str | Path,
+    *,
+    what: str = "database",
+    required: Mapping[str, Set[str]] | None = None,
+    timeout_s: float = 5.0,
+) -> sqlite3.Connection:
+    """Open an SQLite file with ``mode=ro`` and check it looks like what we expect.
+
+    Args:
+        path: the database file.
+        what: how to name it in errors ("chat.db", "AddressBook", ...).
+        required: table name -> columns that must exist (by name; column order is ignored).
+        timeout_s: how long to wait on a lock before giving up.
+
+    Raises:
+        SourceMissingError, NotADatabaseError, DatabaseLockedError, UnknownSchemaError.
+    """
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise SourceMissingError(f"{what} not found at {p}: check the path")
+    if p.is_dir():
+        raise NotADatabaseError(f"{what} at {p} is a folder, not an SQLite file")
+    try:
+        with p.open("rb") as fh:
+            head = fh.read(16)
+    except PermissionError as e:
+        raise SourceMissingError(
+            f"{what} at {p} is not readable ({e.strerror}); on macOS grant Full Disk Access to your terminal"
+        ) from None
+    if head != _SQLITE_MAGIC:
+        raise NotADatabaseError(f"{what} at {p} is not an SQLite database")
+    uri = p.resolve().as_uri() + "?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True, timeout=timeout_s, check_same_thread=False)
+        conn.execute("PRAGMA query_only = ON")
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.OperationalError as e:
+        if "locked" in str(e) or "busy" in str(e):
+            raise DatabaseLockedError(
+                f"{what} at {p} is locked by another process; close the app writing it or retry"
+            ) from None
+        raise NotADatabaseError(f"{what} at {p} cannot be read as SQLite ({e})") from None
+    except sqlite3.DatabaseError as e:
+        raise NotADatabaseError(f"{what} at {p} is not a valid SQLite database ({e})") from None
+    for table, cols in (required or {}).items():
+        if table not in tables:
+            conn.close()
+            raise UnknownSchemaError(f"{what} at {p} has no table {table!r}: is this really a {what}?")
+        have = table_columns(conn, table)
+        missing = set(cols) - have
+        if missing:
+            conn.close()
+            raise UnknownSchemaError(
+                f"{what} at {p}: table {table!r} lacks columns {sorted(missing)} (unsupported version?)"
+            )
+    return conn
+
+
+def table_columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    """Column names of ``table`` (empty set when it does not exist)."""
+    return {r[1] for r in conn.execute("SELECT * FROM pragma_table_info(?)", (table,))}
+
+
+def translate_sqlite_error(e: sqlite3.Error, what: str, path: Path) -> Exception:
+    """Map an sqlite3 error raised mid-read to our one-line error types."""
+    msg = str(e)
+    if "locked" in msg or "busy" in msg:
+        return DatabaseLockedError(f"{what} at {path} is locked by another process; retry when it is idle")
+    if "no such column" in msg or "no such table" in msg:
+        return UnknownSchemaError(f"{what} at {path}: {msg} (unsupported version?)")
+    return NotADatabaseError(f"{what} at {path} could not be read ({msg})")
