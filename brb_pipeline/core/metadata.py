@@ -1,0 +1,256 @@
+"""brb.db: the small SQLite metadata store (OLTP side).
+
+Tables: ``ingestion_runs`` (one row per ingestion with counts and timings), ``contacts``
+(resolved names, handles, per-contact stats and batch), ``batches`` (content fingerprints that
+drive incremental re-embedding) and ``clusters`` (the insights summary for an app). The search
+log lives here too (see ``core.searchlog``). Message text is never stored in brb.db.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from brb_pipeline.core.errors import StoreError
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS ingestion_runs (
+    run_id TEXT PRIMARY KEY,
+    started_at REAL NOT NULL,
+    finished_at REAL,
+    status TEXT NOT NULL,              -- running | success | failed | cancelled
+    snapshot_path TEXT,
+    messages INTEGER,
+    first_ts TEXT,
+    last_ts TEXT,
+    timings_json TEXT,
+    stats_json TEXT,
+    error TEXT
+);
+CREATE TABLE IF NOT EXISTS contacts (
+    contact_id TEXT PRIMARY KEY,
+    display_name TEXT NOT NULL,
+    name_source TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    channels_json TEXT NOT NULL,
+    handles_json TEXT NOT NULL,
+    batch TEXT,
+    rank INTEGER,
+    messages INTEGER NOT NULL DEFAULT 0,
+    sent INTEGER NOT NULL DEFAULT 0,
+    received INTEGER NOT NULL DEFAULT 0,
+    first_ts TEXT,
+    last_ts TEXT,
+    avg_response_s_me REAL,
+    avg_response_s_them REAL
+);
+CREATE INDEX IF NOT EXISTS contacts_batch ON contacts(batch);
+CREATE TABLE IF NOT EXISTS batches (
+    batch TEXT PRIMARY KEY,
+    contacts INTEGER NOT NULL,
+    messages INTEGER NOT NULL,
+    fingerprint TEXT NOT NULL,         -- content hash of the batch's messages now
+    embedded_fingerprint TEXT,         -- fingerprint its staged embeddings were made from
+    embedding_model TEXT,
+    chunks INTEGER,
+    loaded_fingerprint TEXT            -- fingerprint of the rows now in brb.duckdb
+);
+CREATE TABLE IF NOT EXISTS clusters (
+    cluster_id INTEGER PRIMARY KEY,
+    label TEXT NOT NULL,
+    terms_json TEXT,
+    size INTEGER NOT NULL,
+    top_contacts_json TEXT,
+    first_ts TEXT,
+    last_ts TEXT,
+    label_source TEXT
+);
+"""
+
+
+@contextmanager
+def connect(path: Path, *, create: bool = True) -> Iterator[sqlite3.Connection]:
+    """Open brb.db (creating the schema), commit on success, roll back on error."""
+    if not create and not path.exists():
+        raise StoreError(f"no brb.db at {path}: run `brb ingest` (or `brb demo`) first")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        conn = sqlite3.connect(path, timeout=30)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.executescript(SCHEMA)
+    except sqlite3.DatabaseError as e:
+        raise StoreError(f"brb.db at {path} is damaged ({e}): move it away and run `brb ingest` again") from None
+    try:
+        yield conn
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
+    finally:
+        conn.close()
+
+
+def start_run(path: Path, snapshot_path: str | None = None) -> str:
+    run_id = uuid.uuid4().hex[:12]
+    with connect(path) as c:
+        c.execute(
+            "INSERT INTO ingestion_runs (run_id, started_at, status, snapshot_path) VALUES (?, ?, 'running', ?)",
+            (run_id, time.time(), snapshot_path),
+        )
+    return run_id
+
+
+def finish_run(path: Path, run_id: str, *, status: str, messages: int | None = None,
+               first_ts: str | None = None, last_ts: str | None = None,
+               timings: Mapping[str, float] | None = None, stats: Mapping[str, Any] | None = None,
+               error: str | None = None) -> None:
+    with connect(path) as c:
+        c.execute(
+            """UPDATE ingestion_runs SET finished_at = ?, status = ?, messages = COALESCE(?, messages),
+               first_ts = COALESCE(?, first_ts), last_ts = COALESCE(?, last_ts),
+               timings_json = COALESCE(?, timings_json), stats_json = COALESCE(?, stats_json), error = ?
+               WHERE run_id = ?""",
+            (time.time(), status, messages, first_ts, last_ts,
+             json.dumps(timings) if timings else None, json.dumps(stats) if stats else None, error, run_id),
+        )
+
+
+def update_run_stats(path: Path, run_id: str, *, messages: int, first_ts: str | None, last_ts: str | None,
+                     stats: Mapping[str, Any]) -> None:
+    with connect(path) as c:
+        c.execute(
+            "UPDATE ingestion_runs SET messages = ?, first_ts = ?, last_ts = ?, stats_json = ? WHERE run_id = ?",
+            (messages, first_ts, last_ts, json.dumps(stats), run_id),
+        )
+
+
+def last_run(path: Path, *, status: str | None = None) -> dict | None:
+    if not path.exists():
+        return None
+    with connect(path) as c:
+        c.row_factory = sqlite3.Row
+        q = "SELECT * FROM ingestion_runs"
+        args: tuple = ()
+        if status:
+            q += " WHERE status = ?"
+            args = (status,)
+        row = c.execute(q + " ORDER BY started_at DESC LIMIT 1", args).fetchone()
+        return dict(row) if row else None
+
+
+def replace_contacts(path: Path, contacts: pl.DataFrame) -> None:
+    """Replace the contacts table with ``contacts`` (contacts joined with stats and batches)."""
+    def iso(v):
+        return v.isoformat() if v is not None else None
+
+    rows = [
+        (
+            r["contact_id"], r["display_name"], r["name_source"], r["kind"],
+            json.dumps(r["channels"] or []), json.dumps(r["handles"] or []), r.get("batch"), r.get("rank"),
+            r.get("messages") or 0, r.get("sent") or 0, r.get("received") or 0,
+            iso(r.get("first_ts")), iso(r.get("last_ts")), r.get("avg_response_s_me"), r.get("avg_response_s_them"),
+        )
+        for r in contacts.iter_rows(named=True)
+    ]
+    with connect(path) as c:
+        c.execute("DELETE FROM contacts")
+        c.executemany("INSERT INTO contacts VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+
+
+def read_contacts(path: Path) -> pl.DataFrame:
+    """All contacts as a frame (handles/channels decoded to lists)."""
+    with connect(path) as c:
+        cur = c.execute("SELECT * FROM contacts ORDER BY rank")
+        cols = [d[0] for d in cur.description]
+        data = [dict(zip(cols, r)) for r in cur.fetchall()]
+    for d in data:
+        d["handles"] = json.loads(d.pop("handles_json"))
+        d["channels"] = json.loads(d.pop("channels_json"))
+    if not data:
+        return pl.DataFrame(schema={"contact_id": pl.Utf8, "display_name": pl.Utf8, "batch": pl.Utf8,
+                                    "handles": pl.List(pl.Utf8)})
+    return pl.DataFrame(data, infer_schema_length=None)
+
+
+def sync_batches(path: Path, batches: pl.DataFrame) -> dict[str, list[str]]:
+    """Record the current batches (batch, contacts, messages, fingerprint).
+
+    Returns:
+        ``{"changed": [...], "unchanged": [...], "removed": [...]}`` where *changed* batches are
+        new or have a fingerprint different from the one their staged embeddings were made from.
+    """
+    now = {r["batch"]: r for r in batches.iter_rows(named=True)}
+    with connect(path) as c:
+        old = {b: (fp, efp) for b, fp, efp in c.execute("SELECT batch, fingerprint, embedded_fingerprint FROM batches")}
+        removed = sorted(set(old) - set(now))
+        c.executemany("DELETE FROM batches WHERE batch = ?", [(b,) for b in removed])
+        for b, r in now.items():
+            c.execute(
+                """INSERT INTO batches (batch, contacts, messages, fingerprint) VALUES (?, ?, ?, ?)
+                   ON CONFLICT(batch) DO UPDATE SET contacts = excluded.contacts, messages = excluded.messages,
+                   fingerprint = excluded.fingerprint""",
+                (b, r["contacts"], r["messages"], r["fingerprint"]),
+            )
+    changed = sorted(b for b, r in now.items() if old.get(b, (None, None))[1] != r["fingerprint"])
+    return {"changed": changed, "unchanged": sorted(set(now) - set(changed)), "removed": removed}
+
+
+def get_batch(path: Path, batch: str) -> dict | None:
+    with connect(path) as c:
+        c.row_factory = sqlite3.Row
+        row = c.execute("SELECT * FROM batches WHERE batch = ?", (batch,)).fetchone()
+        return dict(row) if row else None
+
+
+def all_batches(path: Path) -> list[dict]:
+    with connect(path) as c:
+        c.row_factory = sqlite3.Row
+        return [dict(r) for r in c.execute("SELECT * FROM batches ORDER BY batch")]
+
+
+def mark_embedded(path: Path, batch: str, fingerprint: str, model: str, chunks: int) -> None:
+    with connect(path) as c:
+        c.execute(
+            "UPDATE batches SET embedded_fingerprint = ?, embedding_model = ?, chunks = ? WHERE batch = ?",
+            (fingerprint, model, chunks, batch),
+        )
+
+
+def mark_loaded(path: Path, fingerprints: Mapping[str, str | None]) -> None:
+    with connect(path) as c:
+        c.executemany("UPDATE batches SET loaded_fingerprint = ? WHERE batch = ?",
+                      [(fp, b) for b, fp in fingerprints.items()])
+
+
+def replace_clusters(path: Path, summary: pl.DataFrame) -> None:
+    rows = []
+    for r in summary.iter_rows(named=True):
+        rows.append((
+            int(r["cluster_id"]), r["label"], json.dumps(r.get("terms") or []), int(r["size"]),
+            json.dumps(r.get("top_contacts") or []), _iso(r.get("first_ts")), _iso(r.get("last_ts")),
+            r.get("label_source"),
+        ))
+    with connect(path) as c:
+        c.execute("DELETE FROM clusters")
+        c.executemany("INSERT INTO clusters VALUES (?,?,?,?,?,?,?,?)", rows)
+
+
+def count_clusters(path: Path) -> int:
+    if not path.exists():
+        return 0
+    with connect(path) as c:
+        return c.execute("SELECT count(*) FROM clusters WHERE cluster_id >= 0").fetchone()[0]
+
+
+def _iso(v: Any) -> str | None:
+    if v is None:
+        return None
+    return v.isoformat() if hasattr(v, "isoformat") else str(v)
