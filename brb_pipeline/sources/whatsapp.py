@@ -1,0 +1,280 @@
+"""Read WhatsApp's ``ChatStorage.sqlite`` into the normalized message and chat frames.
+
+**Opt-in only.** This reader must only ever be called when the user explicitly enabled WhatsApp
+(``Settings.whatsapp_enabled``); the caller enforces that, this module never looks for the file
+on its own.
+
+Facts used (WhatsApp for iOS / macOS Core Data store):
+
+* ``ZWACHATSESSION``: one row per chat; ``ZCONTACTJID`` is the partner (``<digits>@s.whatsapp.net``)
+  or group (``<id>@g.us``) JID; ``ZSESSIONTYPE`` 0 direct, 1 group, 3 status broadcast (skipped);
+  ``ZPARTNERNAME`` the contact or group name as shown in the app.
+* ``ZWAMESSAGE``: ``ZMESSAGEDATE`` is REAL seconds since 2001-01-01 UTC; ``ZISFROMME``;
+  ``ZFROMJID`` is the partner JID for incoming direct messages and the group JID for incoming
+  group messages, whose sender is ``ZGROUPMEMBER`` -> ``ZWAGROUPMEMBER.ZMEMBERJID``;
+  ``ZMEDIAITEM`` -> ``ZWAMEDIAITEM`` marks an attachment; ``ZSTANZAID`` is the protocol id.
+* ``ZMESSAGETYPE`` 6 and 10 are system notices (group events, security-code changes): skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+
+import polars as pl
+
+from brb_pipeline.core.errors import CancelledError
+from brb_pipeline.core.handles import normalize_handle
+from brb_pipeline.core.records import CHAT_SCHEMA, MESSAGE_SCHEMA, ORPHAN_CHAT_ID, REACTION, ReadResult
+from brb_pipeline.sources.sqlite_ro import open_readonly, translate_sqlite_error
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "whatsapp"
+WHAT = "WhatsApp ChatStorage"
+SESSION_DIRECT, SESSION_GROUP, SESSION_STATUS = 0, 1, 3
+SYSTEM_MESSAGE_TYPES = (6, 10)
+APPLE_EPOCH_US = int(datetime(2001, 1, 1, tzinfo=timezone.utc).timestamp()) * 1_000_000
+FETCH_ROWS = 50_000
+
+REQUIRED = {
+    "ZWACHATSESSION": {"Z_PK", "ZCONTACTJID", "ZSESSIONTYPE", "ZPARTNERNAME"},
+    "ZWAMESSAGE": {
+        "Z_PK", "ZCHATSESSION", "ZISFROMME", "ZFROMJID", "ZMESSAGEDATE", "ZSTANZAID", "ZTEXT",
+        "ZGROUPMEMBER", "ZMEDIAITEM", "ZMESSAGETYPE",
+    },
+    "ZWAGROUPMEMBER": {"Z_PK", "ZCHATSESSION", "ZMEMBERJID"},
+}
+
+_MESSAGES_SQL = """
+SELECT m.Z_PK, m.ZSTANZAID, m.ZCHATSESSION, m.ZISFROMME, m.ZFROMJID, gm.ZMEMBERJID,
+       m.ZMESSAGEDATE, m.ZTEXT, m.ZMEDIAITEM, m.ZMESSAGETYPE
+FROM ZWAMESSAGE AS m
+LEFT JOIN ZWAGROUPMEMBER AS gm ON gm.Z_PK = m.ZGROUPMEMBER
+ORDER BY m.Z_PK
+"""
+
+Cancel = Callable[[], bool]
+ProgressFn = Callable[[float, str], None]
+
+
+def read_whatsapp(
+    path: Path,
+    *,
+    default_region: str = "US",
+    cancel: Cancel | None = None,
+    progress: ProgressFn | None = None,
+) -> ReadResult:
+    """Read a WhatsApp store into MESSAGE_SCHEMA / CHAT_SCHEMA frames (channel ``"whatsapp"``).
+
+    Only call this when the user opted in to WhatsApp; the caller enforces it.
+
+    Args:
+        path: ``ChatStorage.sqlite`` (ideally a snapshot; it is opened read-only anyway).
+        default_region: region for JIDs/numbers without a country code (JIDs normally have one).
+        cancel: returns True when the run should stop; checked between fetches of 50,000 rows
+            (a ``CancelToken`` works as is).
+        progress: called with (percent 0-100, text-free message) after each fetch.
+
+    Returns:
+        ReadResult. ``message_id`` is ``"whatsapp:" + ZSTANZAID`` (``"whatsapp:pk-<Z_PK>"`` when
+        the stanza id is missing, ``"whatsapp:<stanza>#<Z_PK>"`` for a repeated one); ``chat_id``
+        is ``"whatsapp:" + ZCONTACTJID``; ``ts`` UTC microseconds. Stats: ``messages_read``,
+        ``status_skipped``, ``empty_skipped``, ``system_skipped``, ``bad_timestamp``, ``orphans``,
+        ``unknown_sender``, ``attachments``, ``duplicate_ids``, ``chats``, ``groups``.
+
+    Raises:
+        SourceMissingError, NotADatabaseError, DatabaseLockedError, UnknownSchemaError,
+        CancelledError.
+    """
+    path = Path(path).expanduser()
+    conn = open_readonly(path, what=WHAT, required=REQUIRED)
+    conn.text_factory = lambda b: b.decode("utf-8", "replace")
+    stats = dict.fromkeys(
+        ("messages_read", "status_skipped", "empty_skipped", "system_skipped", "bad_timestamp", "orphans",
+         "unknown_sender", "attachments", "duplicate_ids", "chats", "groups", "undecodable_text"),
+        0,
+    )
+    warnings: list[str] = []
+    try:
+        sessions = conn.execute("SELECT Z_PK, ZCONTACTJID, ZSESSIONTYPE, ZPARTNERNAME FROM ZWACHATSESSION").fetchall()
+        members = conn.execute(
+            "SELECT ZCHATSESSION, ZMEMBERJID FROM ZWAGROUPMEMBER WHERE ZCHATSESSION IS NOT NULL"
+        ).fetchall()
+        total = conn.execute("SELECT count(*) FROM ZWAMESSAGE").fetchone()[0] or 0
+        chats, session_info = _chats(sessions, members, default_region, stats)
+        cur = conn.execute(_MESSAGES_SQL)
+        parts: list[pl.DataFrame] = []
+        done = 0
+        while True:
+            if cancel is not None and cancel():
+                raise CancelledError("WhatsApp - cancelled while reading; nothing was written")
+            rows = cur.fetchmany(FETCH_ROWS)
+            if not rows:
+                break
+            parts.append(_frame(rows))
+            done += len(rows)
+            if progress is not None:
+                progress(100.0 * done / max(total, 1), f"{done:,} WhatsApp rows")
+    except sqlite3.Error as e:
+        raise translate_sqlite_error(e, WHAT, path) from None
+    finally:
+        conn.close()
+
+    raw = pl.concat(parts) if parts else _frame([])
+    messages = _normalize(raw, session_info, default_region, stats)
+    if stats["bad_timestamp"]:
+        warnings.append(f"WhatsApp - {stats['bad_timestamp']} messages without a usable date were skipped")
+    if stats["orphans"]:
+        warnings.append(f"WhatsApp - {stats['orphans']} messages point at no chat session")
+    if stats["undecodable_text"]:
+        warnings.append(f"WhatsApp - {stats['undecodable_text']} messages had invalid UTF-8 (replaced)")
+    for w in warnings:
+        log.warning(w)
+    log.info(
+        "WhatsApp - %d messages in %d chats (%d status, %d empty, %d system skipped)",
+        stats["messages_read"], stats["chats"], stats["status_skipped"], stats["empty_skipped"],
+        stats["system_skipped"],
+    )
+    return ReadResult(messages=messages, chats=chats, stats=stats, warnings=warnings)
+
+
+def _str(v: object) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, bytes):
+        v = v.decode("utf-8", "replace")
+    s = str(v).strip()
+    return s or None
+
+
+def _chats(
+    sessions: list[tuple], members: list[tuple], region: str, stats: dict[str, int]
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """CHAT_SCHEMA frame plus a per-session lookup (session pk -> chat_id, kind, partner handle)."""
+    by_session: dict[int, set[str]] = {}
+    for spk, jid in members:
+        h = normalize_handle(_str(jid), region)
+        if h is not None:
+            by_session.setdefault(spk, set()).add(h)
+    chat_rows, info_rows = [], []
+    for spk, jid, stype, name in sessions:
+        jid_s = _str(jid)
+        chat_id = f"{CHANNEL}:{jid_s}" if jid_s else f"{CHANNEL}:session-{spk}"
+        if stype == SESSION_STATUS or jid_s == "status@broadcast":
+            info_rows.append((spk, chat_id, "status", None))
+            continue
+        is_group = stype == SESSION_GROUP or (jid_s or "").endswith("@g.us")
+        if is_group:
+            participants = sorted(by_session.get(spk, ()))
+            partner = None
+            stats["groups"] += 1
+        else:
+            partner = normalize_handle(jid_s, region)
+            participants = [partner] if partner else []
+        chat_rows.append((CHANNEL, chat_id, "group" if is_group else "direct", _str(name), participants))
+        info_rows.append((spk, chat_id, "group" if is_group else "direct", partner))
+    stats["chats"] = len(chat_rows)
+    chats = pl.DataFrame(chat_rows, schema=CHAT_SCHEMA, orient="row")
+    info = pl.DataFrame(
+        info_rows,
+        schema={"session": pl.Int64, "chat_id": pl.Utf8, "kind": pl.Utf8, "partner": pl.Utf8},
+        orient="row",
+    )
+    return chats, info
+
+
+_RAW = {
+    "pk": pl.Int64, "stanza": pl.Utf8, "session": pl.Int64, "from_me": pl.Int64, "from_jid": pl.Utf8,
+    "member_jid": pl.Utf8, "date": pl.Float64, "text": pl.Utf8, "media": pl.Int64, "mtype": pl.Int64,
+}
+
+
+def _frame(rows: list[tuple]) -> pl.DataFrame:
+    # Columns may hold odd types (a REAL in ZTEXT, text in ZMESSAGEDATE): coerce per value.
+    cols = list(zip(*rows)) if rows else [[] for _ in _RAW]
+    out = {}
+    for (name, dtype), values in zip(_RAW.items(), cols):
+        if name == "text":  # keep the text as written; only "" becomes null
+            values = [None if v is None or v == "" or v == b"" else (v if isinstance(v, str) else _str(v)) for v in values]
+        elif dtype == pl.Utf8:
+            values = [_str(v) for v in values]
+        elif dtype == pl.Float64:
+            values = [float(v) if isinstance(v, (int, float)) else None for v in values]
+        else:
+            values = [int(v) if isinstance(v, (int, float)) else None for v in values]
+        out[name] = pl.Series(name, values, dtype=dtype)
+    return pl.DataFrame(out)
+
+
+def _normalize(raw: pl.DataFrame, info: pl.DataFrame, region: str, stats: dict[str, int]) -> pl.DataFrame:
+    df = raw.join(info, on="session", how="left", maintain_order="left")
+    is_status = pl.col("kind") == "status"
+    stats["status_skipped"] = int(df.select(is_status.fill_null(False).sum()).item())
+    df = df.filter(~is_status.fill_null(False))
+
+    is_system = pl.col("mtype").is_in(list(SYSTEM_MESSAGE_TYPES)).fill_null(False)
+    stats["system_skipped"] = int(df.select(is_system.sum()).item())
+    df = df.filter(~is_system)
+
+    empty = pl.col("text").is_null() & pl.col("media").is_null()
+    stats["empty_skipped"] = int(df.select(empty.sum()).item())
+    df = df.filter(~empty)
+
+    bad_ts = pl.col("date").is_null() | pl.col("date").is_nan() | (pl.col("date").abs() > 4e9)
+    stats["bad_timestamp"] = int(df.select(bad_ts.sum()).item())
+    df = df.filter(~bad_ts)
+
+    stats["orphans"] = int(df.select(pl.col("chat_id").is_null().sum()).item())
+    stats["undecodable_text"] = int(df.select(pl.col("text").str.contains("\ufffd", literal=True).fill_null(False).sum()).item())
+
+    # Sender: the group member's JID, else ZFROMJID unless it names the group, else the partner.
+    from_me = pl.col("from_me").fill_null(0) != 0
+    from_jid_ok = pl.when(pl.col("from_jid").str.ends_with("@g.us")).then(None).otherwise(pl.col("from_jid"))
+    df = df.with_columns(
+        from_me.alias("is_from_me"),
+        pl.coalesce(pl.col("member_jid"), from_jid_ok).alias("sender_raw"),
+    )
+    uniq = df.get_column("sender_raw").drop_nulls().unique().to_list()
+    mapping = pl.DataFrame(
+        {"sender_raw": uniq, "sender_norm": [normalize_handle(u, region) for u in uniq]},
+        schema={"sender_raw": pl.Utf8, "sender_norm": pl.Utf8},
+    )
+    df = df.join(mapping, on="sender_raw", how="left", maintain_order="left")
+    sender = (
+        pl.when(pl.col("is_from_me"))
+        .then(None)
+        .otherwise(pl.coalesce(pl.col("sender_norm"), pl.when(pl.col("kind") == "direct").then(pl.col("partner"))))
+    )
+    df = df.with_columns(sender.alias("sender"))
+    stats["unknown_sender"] = int(df.select((~pl.col("is_from_me") & pl.col("sender").is_null()).sum()).item())
+
+    # Stable ids: the stanza id, made unique by Z_PK when WhatsApp repeated one.
+    base = pl.coalesce(pl.col("stanza"), pl.lit("pk-") + pl.col("pk").cast(pl.Utf8))
+    dup = pl.int_range(pl.len()).over(base) > 0
+    stats["duplicate_ids"] = int(df.select(dup.sum()).item()) if df.height else 0
+    message_id = pl.lit(f"{CHANNEL}:") + pl.when(dup).then(base + pl.lit("#") + pl.col("pk").cast(pl.Utf8)).otherwise(base)
+
+    ts_us = (pl.col("date") * 1_000_000).round(0).cast(pl.Int64) + APPLE_EPOCH_US
+    has_media = pl.col("media").is_not_null()
+    out = df.select(
+        pl.lit(CHANNEL).alias("channel"),
+        message_id.alias("message_id"),
+        pl.col("pk").alias("source_rowid"),
+        pl.col("chat_id").fill_null(f"{CHANNEL}:{ORPHAN_CHAT_ID}"),
+        pl.col("sender"),
+        pl.col("is_from_me"),
+        ts_us.cast(pl.Datetime("us")).dt.replace_time_zone("UTC").alias("ts"),
+        pl.col("text"),
+        pl.when(pl.col("text").is_not_null()).then(pl.lit("text")).otherwise(pl.lit("none")).alias("text_source"),
+        pl.lit(False).alias("undecodable"),
+        pl.lit(False).alias("edited"),
+        has_media.cast(pl.Int32).alias("attachments"),
+        pl.lit([], dtype=pl.List(REACTION)).alias("reactions"),
+    )
+    stats["attachments"] = int(out.get_column("attachments").sum() or 0)
+    stats["messages_read"] = out.height
+    return out.cast(dict(MESSAGE_SCHEMA)).select(list(MESSAGE_SCHEMA.names()))
