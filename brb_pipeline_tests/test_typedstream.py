@@ -234,6 +234,8 @@ def test_none_empty_and_bytes_like_inputs():
     assert decode_attributed_body(bytearray(blob)) == "hello there"
     assert decode_attributed_body(memoryview(blob)) == "hello there"
     assert decode_attributed_body(b"streamtyped hello NSString") is None
+    assert decode_attributed_body("hello there") is None  # type: ignore[arg-type]  # str, not a blob
+    assert decode_attributed_body(10**12) is None  # type: ignore[arg-type]  # never bytes(int)
 
 
 def test_invalid_utf8_is_replaced_not_raised():
@@ -332,3 +334,48 @@ def test_pathological_nesting_is_bounded():
     assert decode_attributed_body(chain) is None
     arrays = ts._HEADER + b"\x84\x01@\x84\x84\x84\x01A\x00\x85\x84\x0b[999999999i]\x01\x86"
     assert decode_attributed_body(arrays) is None
+
+
+def test_general_parser_grammar_matches_pytypedstream():
+    # An attributed string, then top-level groups of many value kinds (all with new shared
+    # strings, so the string's reference numbers stay valid); both readers must stay in step. (encoding bytes, value bytes, value as pytypedstream gives it)
+    d = struct.pack("<d", 2.5)
+    f = struct.pack("<f", 0.25)
+    groups = [
+        (b"\x84\x01d", b"\x83" + d, 2.5),  # double, 0x83 marker
+        (b"\x84\x01f", b"\x83" + f, 0.25),  # float, 0x83 marker
+        (b"\x84\x02dd", b"\x07\x81\x00\x01", [7.0, 256.0]),  # doubles stored as integers
+        (b"\x84\x01i", b"\x81\x2c\x01", 300),  # int16
+        (b"\x84\x01q", b"\x82\x00\x00\x01\x00", 65536),  # int32
+        (b"\x84\x01s", b"\xff", -1),  # one negative byte
+        (b"\x84\x01c", b"\x85", -123),  # raw char: any byte, even a tag value
+        (b"\x84\x04[4C]", b"abcd", b"abcd"),  # byte array
+        (b"\x84\x04[2i]", b"\x01\x81\x00\x02", [1, 512]),  # array of ints
+        (b"\x84\x0d{_NSRange=QQ}", b"\x03\x04", [3, 4]),  # struct
+        (b"\x84\x01*", b"\x84\x84\x03abc", b"abc"),  # C string (new shared string "abc")
+        (b"\x84\x01:", b"\x84\x04init", b"init"),  # selector
+        (b"\x84\x01@", b"\x85", None),  # nil object
+    ]
+    stream = encode_attributed_body("before \U0001f600") + b"".join(enc + val for enc, val, _ in groups)
+
+    oracle = pytypedstream.Unarchiver.from_data(stream).decode_all()
+    ps = ts._Parser(stream)
+    ps.header()
+    ours = []
+    while ps.p < ps.n:
+        vals: list = []
+        ps.group(ps.head(), vals, 0, None)
+        ours.append(vals)
+    assert len(ours) == len(oracle) == len(groups) + 1
+    assert ts._string_text(ours[0][0]) == "before \U0001f600" == oracle[0].values[0].contents[0].values[0].value
+    for (_, _, expected), mine, theirs in zip(groups, ours[1:], oracle[1:]):
+        mine_v = mine if len(mine) > 1 else mine[0]
+        theirs_v = list(theirs.values) if len(theirs.values) > 1 else theirs.values[0]
+        if hasattr(theirs_v, "elements"):  # pytypedstream Array / Struct
+            theirs_v = list(theirs_v.elements)
+        elif hasattr(theirs_v, "fields"):
+            theirs_v = list(theirs_v.fields)
+        if isinstance(mine_v, bytes) and isinstance(theirs_v, list):  # byte array as ints
+            theirs_v = bytes(theirs_v)
+        assert mine_v == expected
+        assert mine_v == theirs_v

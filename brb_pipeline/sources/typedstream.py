@@ -216,12 +216,12 @@ def decode_attributed_body(blob: bytes | bytearray | memoryview | None) -> str |
     Returns:
         The message text ("" for an archived empty string), or None.
     """
-    if blob is None:
-        return None
     if type(blob) is not bytes:
+        if not isinstance(blob, (bytes, bytearray, memoryview)):
+            return None  # None (SQL NULL), or not a blob at all
         try:
             blob = bytes(blob)
-        except Exception:  # not bytes-like at all
+        except Exception:  # e.g. a released memoryview
             return None
     for prefix, p in _FAST_PREFIXES:
         if blob.startswith(prefix):
@@ -456,8 +456,8 @@ class _Parser:
             return self.unshared(h)
         if c in b"iIsSlLqQ":
             return self.integer(h, signed=c in b"islq")
-        if c in b"cCB":  # raw single byte: the head byte is the value
-            return h
+        if c in b"cCB":  # raw single byte: the head byte is the value, even a tag value
+            return h - 256 if (c == 0x63 and h >= 0x80) else h
         if c == 0x66:  # 'f'
             return self.real(h, 4)
         if c == 0x64:  # 'd'
