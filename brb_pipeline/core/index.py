@@ -1,0 +1,237 @@
+"""HNSW (vss) and BM25 (fts) indexes over the ``chunks`` table, built once after each load.
+
+Both indexes are dropped before a load and rebuilt afterwards, never maintained per insert:
+an HNSW index built in one pass is faster to build and better connected, and DuckDB's FTS index
+is a static snapshot (new rows are invisible to it until it is rebuilt).
+
+Lexical findability. DuckDB's default FTS ``ignore`` pattern ``(\\.|[^a-z])+`` deletes every
+character outside a-z, so digits, Turkish, Arabic, CJK and words glued to emoji disappear. We
+keep letters, digits and marks of every script (``[^\\p{L}\\p{N}\\p{M}]+`` is the separator),
+lower-case, fold accents (``strip_accents=1``: "görüşürüz" is found by "görüşürüz" *and* by
+"gorusuruz", vowelled and unvowelled Arabic match), and do not stem (multilingual text).
+Two things a tokenizer cannot do are added as an extra indexed column, ``lexical_extra``,
+computed by :func:`lexical_extra` for documents and queries alike:
+
+* phone numbers typed with separators ("+90 532 123 45 67") also become their digit string,
+  last ten and last seven digits ("905321234567 5321234567 1234567");
+* runs of CJK / kana / Hangul, written without spaces, also become character bigrams.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import duckdb
+
+from brb_pipeline.core.duck import get_meta, set_meta, table_exists
+from brb_pipeline.core.errors import StoreError
+
+log = logging.getLogger(__name__)
+
+HNSW_INDEX = "chunks_hnsw"
+FTS_SCHEMA = "fts_main_chunks"
+HNSW_METRICS = {"cosine": "array_cosine_distance", "l2sq": "array_distance", "ip": "array_negative_inner_product"}
+#: FTS separator: anything that is not a letter, digit or combining mark of any script.
+FTS_IGNORE = r"[^\p{L}\p{N}\p{M}]+"
+FTS_PARAMS = {
+    "fields": ["content", "lexical_extra"],
+    "stemmer": "none",
+    "stopwords": "english",
+    "ignore": FTS_IGNORE,
+    "strip_accents": 1,
+    "lower": 1,
+}
+REBUILD_HINT = "run `brb ingest` (or `brb reindex`) to rebuild it"
+
+_PHONE_RE = re.compile(r"\+?\d(?:[ \-.()/]{0,2}\d){6,}")
+_NON_DIGIT_RE = re.compile(r"\D")
+# Hiragana, katakana, CJK unified ideographs (+ext A, compat) and Hangul syllables.
+_CJK_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]{2,}")
+
+
+@dataclass
+class IndexReport:
+    """What one index build did."""
+
+    index: str
+    rows: int
+    seconds: float
+    params: dict = field(default_factory=dict)
+
+
+def lexical_extra(text: str | None) -> str:
+    """Extra tokens that make phone numbers and CJK text findable (see the module docstring).
+
+    Args:
+        text: a chunk's content or a query.
+
+    Returns:
+        Space-separated tokens; ``""`` when the text has no phone-like number or CJK run.
+    """
+    if not text:
+        return ""
+    out: list[str] = []
+    for m in _PHONE_RE.finditer(text):
+        digits = _NON_DIGIT_RE.sub("", m.group(0))
+        out.append(digits)
+        if len(digits) > 10:
+            out.append(digits[-10:])
+        if len(digits) > 7:
+            out.append(digits[-7:])
+    for m in _CJK_RE.finditer(text):
+        run = m.group(0)
+        out.extend(run[i : i + 2] for i in range(len(run) - 1))
+    return " ".join(dict.fromkeys(out))
+
+
+def fts_query_text(query: str) -> str:
+    """The string handed to ``match_bm25``: the query plus its :func:`lexical_extra` tokens."""
+    extra = lexical_extra(query)
+    return f"{query} {extra}" if extra else query
+
+
+# Presence -------------------------------------------------------------------------------------
+
+
+def hnsw_present(con: duckdb.DuckDBPyConnection) -> bool:
+    row = con.execute(
+        "SELECT count(*) FROM duckdb_indexes() WHERE database_name = current_database() "
+        "AND index_name = ?",
+        [HNSW_INDEX],
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def fts_present(con: duckdb.DuckDBPyConnection) -> bool:
+    row = con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
+        "AND schema_name = ? AND table_name IN ('docs', 'dict', 'terms', 'stats')",
+        [FTS_SCHEMA],
+    ).fetchone()
+    return bool(row and row[0] == 4)
+
+
+def _fts_schema_exists(con: duckdb.DuckDBPyConnection) -> bool:
+    row = con.execute(
+        "SELECT count(*) FROM duckdb_schemas() WHERE database_name = current_database() "
+        "AND schema_name = ?",
+        [FTS_SCHEMA],
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def drop_indexes(con: duckdb.DuckDBPyConnection) -> None:
+    """Drop the HNSW and FTS indexes (if present) and mark them missing in ``meta``.
+
+    Safe inside an explicit transaction: a rollback restores both.
+    """
+    con.execute(f"DROP INDEX IF EXISTS {HNSW_INDEX}")
+    if _fts_schema_exists(con):
+        # drop_fts_index leaves nothing behind; a damaged index (a table missing) is dropped too.
+        con.execute(f"DROP SCHEMA IF EXISTS {FTS_SCHEMA} CASCADE")
+    if table_exists(con, "meta"):
+        set_meta(con, "hnsw", None)
+        set_meta(con, "fts", None)
+
+
+# Builds ---------------------------------------------------------------------------------------
+
+
+def _chunk_rows(con: duckdb.DuckDBPyConnection) -> int:
+    if not table_exists(con, "chunks"):
+        raise StoreError("no chunks in the store: run `brb ingest` first")
+    return int(con.execute("SELECT count(*) FROM chunks").fetchone()[0])
+
+
+def build_hnsw(
+    con: duckdb.DuckDBPyConnection, *, m: int = 16, ef_construction: int = 128, metric: str = "cosine"
+) -> IndexReport:
+    """Drop and rebuild the HNSW index on ``chunks.embedding``, then checkpoint.
+
+    Must not run inside an explicit transaction (DuckDB's HNSW persistence has no WAL recovery).
+
+    Args:
+        m: graph degree (HNSW ``M``).
+        ef_construction: candidate list size while building.
+        metric: ``cosine`` (the search code assumes it), ``l2sq`` or ``ip``.
+
+    Returns:
+        Rows indexed, build seconds and parameters.
+    """
+    if metric not in HNSW_METRICS:
+        raise ValueError(f"unknown HNSW metric {metric!r}; expected one of {sorted(HNSW_METRICS)}")
+    m, ef_construction = int(m), int(ef_construction)
+    rows = _chunk_rows(con)
+    t0 = time.perf_counter()
+    con.execute(f"DROP INDEX IF EXISTS {HNSW_INDEX}")
+    con.execute(
+        f"CREATE INDEX {HNSW_INDEX} ON chunks USING HNSW (embedding) "
+        f"WITH (metric = '{metric}', M = {m}, ef_construction = {ef_construction})"
+    )
+    seconds = time.perf_counter() - t0
+    params = {"metric": metric, "m": m, "ef_construction": ef_construction}
+    set_meta(
+        con,
+        "hnsw",
+        {**params, "rows": rows, "seconds": round(seconds, 3), "built_at": _now(),
+         "embedding_model": get_meta(con, "embedding_model")},
+    )
+    con.execute("CHECKPOINT")
+    log.info("Indexing - HNSW over %d chunks in %.1f s (M=%d, ef_construction=%d)", rows, seconds, m, ef_construction)
+    return IndexReport(HNSW_INDEX, rows, seconds, params)
+
+
+def build_fts(con: duckdb.DuckDBPyConnection) -> IndexReport:
+    """Rebuild the BM25 index over ``content`` and ``lexical_extra`` with multilingual settings."""
+    rows = _chunk_rows(con)
+    p = FTS_PARAMS
+    t0 = time.perf_counter()
+    ignore = p["ignore"].replace("'", "''")
+    con.execute(
+        "PRAGMA create_fts_index('chunks', 'chunk_id', 'content', 'lexical_extra', "
+        f"stemmer = '{p['stemmer']}', stopwords = '{p['stopwords']}', ignore = '{ignore}', "
+        f"strip_accents = {p['strip_accents']}, lower = {p['lower']}, overwrite = 1)"
+    )
+    seconds = time.perf_counter() - t0
+    set_meta(con, "fts", {**p, "rows": rows, "seconds": round(seconds, 3), "built_at": _now()})
+    con.execute("CHECKPOINT")
+    log.info("Indexing - BM25 over %d chunks in %.1f s", rows, seconds)
+    return IndexReport(FTS_SCHEMA, rows, seconds, dict(p))
+
+
+def build_indexes(
+    con: duckdb.DuckDBPyConnection, *, m: int = 16, ef_construction: int = 128, metric: str = "cosine"
+) -> list[IndexReport]:
+    """Build both indexes (HNSW then BM25)."""
+    return [build_hnsw(con, m=m, ef_construction=ef_construction, metric=metric), build_fts(con)]
+
+
+def index_status(con: duckdb.DuckDBPyConnection) -> dict:
+    """Describe both indexes against the store.
+
+    Returns:
+        ``{"store_rows", "embedding_model", "dim", "hnsw": {...}, "fts": {...}, "ready"}`` where
+        each index dict has ``present``, ``rows`` (indexed at build time), ``stale`` (rows differ
+        from the store) and its build parameters.
+    """
+    rows = int(con.execute("SELECT count(*) FROM chunks").fetchone()[0]) if table_exists(con, "chunks") else 0
+    out: dict = {
+        "store_rows": rows,
+        "embedding_model": get_meta(con, "embedding_model"),
+        "dim": get_meta(con, "dim"),
+    }
+    for name, present in (("hnsw", hnsw_present(con)), ("fts", fts_present(con))):
+        info = dict(get_meta(con, name) or {})
+        info["present"] = present
+        info["stale"] = bool(present and info.get("rows") != rows)
+        out[name] = info
+    out["ready"] = all(out[n]["present"] and not out[n]["stale"] for n in ("hnsw", "fts"))
+    return out
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,374 @@
+"""Chunk store: per-batch Parquet partitions, loaded into DuckDB by one writer.
+
+Partitions are written in parallel (one Parquet file per contact batch, atomically) and loaded by
+a single loader in one transaction: delete the batches' old rows, insert the new ones from
+``read_parquet``, commit, checkpoint. A rerun partition therefore replaces its rows atomically and
+a failed load leaves the previous rows (and indexes) exactly as they were.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from brb_pipeline.core import index as index_mod
+from brb_pipeline.core.duck import META_DDL, get_meta, set_meta, table_exists
+from brb_pipeline.core.errors import StoreError
+
+log = logging.getLogger(__name__)
+
+#: Columns of the chunk frame handed over by chunking, in table order (types in the schema).
+CHUNK_COLUMNS = [
+    "chunk_id", "batch", "contact_id", "chat_id", "channel", "conversation", "position",
+    "first_message_id", "last_message_id", "start_ts", "end_ts", "message_count",
+    "content", "embedding_text",
+]  # fmt: skip
+_BATCH_KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_META_MODEL = b"brb.embedding_model"
+_META_DIM = b"brb.dim"
+
+
+def chunk_arrow_schema(dim: int) -> pa.Schema:
+    """Arrow schema of one partition file.
+
+    Args:
+        dim: embedding dimension; ``embedding`` is a fixed-size list of ``dim`` float32.
+    """
+    s, i32 = pa.string(), pa.int32()
+    ts = pa.timestamp("us", tz="UTC")
+    return pa.schema(
+        [
+            ("chunk_id", s), ("batch", s), ("contact_id", s), ("chat_id", s), ("channel", s),
+            ("conversation", i32), ("position", i32),
+            ("first_message_id", s), ("last_message_id", s),
+            ("start_ts", ts), ("end_ts", ts), ("message_count", i32),
+            ("content", s), ("embedding_text", s), ("lexical_extra", s),
+            ("embedding", pa.list_(pa.float32(), int(dim))),
+            ("embedding_model", s), ("dim", i32),
+        ]
+    )  # fmt: skip
+
+
+def _table_ddl(dim: int) -> str:
+    return (
+        "CREATE TABLE IF NOT EXISTS chunks ("
+        "chunk_id VARCHAR NOT NULL, batch VARCHAR NOT NULL, contact_id VARCHAR, chat_id VARCHAR, "
+        "channel VARCHAR, conversation INTEGER, position INTEGER, "
+        "first_message_id VARCHAR, last_message_id VARCHAR, "
+        "start_ts TIMESTAMPTZ, end_ts TIMESTAMPTZ, message_count INTEGER, "
+        "content VARCHAR, embedding_text VARCHAR, lexical_extra VARCHAR, "
+        f"embedding FLOAT[{int(dim)}] NOT NULL, embedding_model VARCHAR NOT NULL)"
+    )
+
+
+_INSERT_COLUMNS = CHUNK_COLUMNS + ["lexical_extra", "embedding", "embedding_model"]
+
+
+def partition_path(staging_dir: Path, batch: str) -> Path:
+    """``staging_dir/chunks/batch=<key>.parquet`` (the key must be a safe file-name fragment)."""
+    if not _BATCH_KEY_RE.match(batch):
+        raise ValueError(f"batch key {batch!r} is not a safe partition name")
+    return Path(staging_dir) / "chunks" / f"batch={batch}.parquet"
+
+
+def write_partition(
+    staging_dir: Path, batch: str, chunks: pl.DataFrame, embeddings: np.ndarray, embedding_model: str
+) -> Path:
+    """Write one batch's chunks + embeddings as ``staging_dir/chunks/batch=<key>.parquet``.
+
+    The file is written to a temporary name and renamed, so readers see the old file or the
+    new one, never half of one. An empty frame writes a valid empty file.
+
+    Args:
+        staging_dir: the pipeline's staging directory.
+        batch: partition key ("batch-003").
+        chunks: one row per chunk with :data:`CHUNK_COLUMNS` (``batch`` may be absent).
+        embeddings: ``(n, dim)`` float32, row i embeds ``chunks[i]``.
+        embedding_model: ``name@hash`` of the model that produced ``embeddings``.
+
+    Returns:
+        The partition path.
+    """
+    path = partition_path(staging_dir, batch)
+    emb = np.asarray(embeddings)
+    if emb.ndim != 2:
+        raise ValueError(f"embeddings must be (n, dim), got shape {emb.shape}")
+    if emb.shape[0] != chunks.height:
+        raise ValueError(f"{chunks.height} chunks but {emb.shape[0]} embedding rows")
+    emb = np.ascontiguousarray(emb, dtype=np.float32)
+    n, dim = emb.shape
+    if "batch" not in chunks.columns:
+        chunks = chunks.with_columns(pl.lit(batch, dtype=pl.Utf8).alias("batch"))
+    elif chunks.height and (chunks["batch"] != batch).any():
+        raise ValueError(f"chunks of partition {batch!r} carry another batch key")
+    missing = [c for c in CHUNK_COLUMNS if c not in chunks.columns]
+    if missing:
+        raise ValueError(f"chunk frame lacks columns {missing}")
+    schema = chunk_arrow_schema(dim)
+    frame = chunks.select(CHUNK_COLUMNS).with_columns(
+        pl.col("content").map_elements(index_mod.lexical_extra, return_dtype=pl.Utf8).alias("lexical_extra")
+        if n
+        else pl.lit("", dtype=pl.Utf8).alias("lexical_extra")
+    )
+    base = frame.to_arrow()
+    arrays = [base.column(name).cast(schema.field(name).type) for name in schema.names[:15]]
+    # Zero-copy: the float buffer of the fixed-size list is the numpy array itself.
+    arrays.append(pa.FixedSizeListArray.from_arrays(pa.array(emb.reshape(-1)), dim))
+    arrays.append(pa.repeat(pa.scalar(embedding_model, pa.string()), n))
+    arrays.append(pa.array(np.full(n, dim, dtype=np.int32)))
+    schema = schema.with_metadata({_META_MODEL: embedding_model.encode(), _META_DIM: str(dim).encode()})
+    table = pa.Table.from_arrays(arrays, schema=schema)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        pq.write_table(table, tmp, compression="zstd", compression_level=1)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    log.info("Saving - %d chunks of %s to %s", n, batch, path.name)
+    return path
+
+
+@dataclass
+class LoadReport:
+    """Result of :func:`load_partitions`."""
+
+    inserted: int = 0
+    deleted: int = 0
+    batches: list[str] = field(default_factory=list)
+    removed_batches: list[str] = field(default_factory=list)
+    embedding_model: str | None = None
+    dim: int | None = None
+    replaced_all: bool = False
+    seconds: float = 0.0
+
+
+def _partition_facts(paths: Mapping[str, Path]) -> tuple[str | None, int | None]:
+    """Embedding model and dim shared by all partition files (read from Parquet footers)."""
+    facts: set[tuple[str, int]] = set()
+    for batch, p in paths.items():
+        p = Path(p)
+        if not p.exists():
+            raise StoreError(f"partition file for {batch} is missing ({p}): rerun that partition")
+        try:
+            md = pq.read_schema(p).metadata or {}
+        except (pa.ArrowException, OSError):
+            raise StoreError(f"partition file {p.name} is corrupt: rerun that partition") from None
+        if _META_MODEL not in md or _META_DIM not in md:
+            raise StoreError(f"partition file {p.name} was not written by brb: rerun that partition")
+        facts.add((md[_META_MODEL].decode(), int(md[_META_DIM])))
+    if len(facts) > 1:
+        raise StoreError(
+            f"partitions were embedded with different models {sorted(facts)}: re-embed them all"
+        )
+    return next(iter(facts)) if facts else (None, None)
+
+
+def _stored_facts(con: duckdb.DuckDBPyConnection) -> tuple[str | None, int | None, int]:
+    if not table_exists(con, "chunks"):
+        return None, None, 0
+    rows = int(con.execute("SELECT count(*) FROM chunks").fetchone()[0])
+    model, dim = get_meta(con, "embedding_model"), get_meta(con, "dim")
+    if model is None and rows:
+        model = con.execute("SELECT any_value(embedding_model) FROM chunks").fetchone()[0]
+    if dim is None:
+        typ = con.execute(
+            "SELECT data_type FROM duckdb_columns() WHERE database_name = current_database() "
+            "AND table_name = 'chunks' AND column_name = 'embedding'"
+        ).fetchone()[0]
+        dim = int(re.search(r"\[(\d+)\]", typ).group(1))
+    return model, dim, rows
+
+
+def load_partitions(
+    con: duckdb.DuckDBPyConnection,
+    parquet_paths: Mapping[str, Path],
+    *,
+    remove_batches: Iterable[str] = (),
+    replace_all: bool = False,
+) -> LoadReport:
+    """Replace the rows of the given batches with their partition files, in one transaction.
+
+    Rows of ``remove_batches`` are deleted too (batches that no longer exist). A contact whose
+    chunks arrive in a partition loses its rows in any other batch (contacts can move between
+    batches when message counts change), so no chunk is ever stored twice. Indexes are dropped in
+    the same transaction (rebuild them with :mod:`brb_pipeline.core.index` afterwards); on any
+    error the transaction rolls back and the store, indexes included, is unchanged.
+
+    Args:
+        con: a writable store connection (the one writer).
+        parquet_paths: batch key -> partition file from :func:`write_partition`.
+        remove_batches: batch keys whose rows are deleted without replacement.
+        replace_all: allowed to drop every stored chunk when the embedding model or dimension
+            changed (the caller re-embeds and passes all partitions).
+
+    Raises:
+        StoreError: model/dim mismatch without ``replace_all``; a missing or corrupt partition.
+    """
+    t0 = time.perf_counter()
+    paths = {b: Path(p) for b, p in parquet_paths.items()}
+    for b in paths:
+        partition_path(Path("."), b)  # validates the key
+    removed = sorted(set(remove_batches) - set(paths))
+    model, dim = _partition_facts(paths)
+    report = LoadReport(batches=sorted(paths), removed_batches=removed, embedding_model=model, dim=dim)
+    stored_model, stored_dim, stored_rows = _stored_facts(con)
+    if model is not None and stored_dim is not None:
+        differs = dim != stored_dim or (stored_model is not None and model != stored_model)
+        if differs and stored_rows and not replace_all:
+            raise StoreError(
+                f"the store holds {stored_model} ({stored_dim}-d) vectors but the new chunks use "
+                f"{model} ({dim}-d): run `brb ingest --reembed` to re-embed everything"
+            )
+        replace_all = replace_all or differs  # an empty table of the old shape is just dropped
+    if model is None and not removed and not replace_all:
+        report.seconds = time.perf_counter() - t0
+        return report
+    if model is None and stored_dim is None:
+        # Nothing stored and nothing to load: only the removal of unknown batches was asked.
+        report.seconds = time.perf_counter() - t0
+        return report
+    files = [str(p) for p in paths.values()]
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.execute(META_DDL)
+        if replace_all:
+            index_mod.drop_indexes(con)
+            if table_exists(con, "chunks"):
+                report.deleted = stored_rows
+                con.execute("DROP TABLE chunks")
+            report.replaced_all = True
+        con.execute(_table_ddl(dim if dim is not None else stored_dim))
+        index_mod.drop_indexes(con)
+        keys = sorted(set(paths) | set(removed))
+        n = con.execute("DELETE FROM chunks WHERE batch IN (SELECT unnest(?::VARCHAR[]))", [keys]).fetchone()[0]
+        report.deleted += int(n)
+        if files:
+            src = "read_parquet(?::VARCHAR[], hive_partitioning = false)"
+            bad = con.execute(
+                f"SELECT DISTINCT batch FROM {src} WHERE batch NOT IN (SELECT unnest(?::VARCHAR[]))",
+                [files, sorted(paths)],
+            ).fetchall()
+            if bad:
+                raise StoreError("a partition file holds chunks of another batch: rerun that partition")
+            # Contacts that moved to one of these batches leave their old batch.
+            n = con.execute(
+                f"DELETE FROM chunks WHERE contact_id IN (SELECT DISTINCT contact_id FROM {src})",
+                [files],
+            ).fetchone()[0]
+            report.deleted += int(n)
+            cols = ", ".join(_INSERT_COLUMNS)
+            n = con.execute(f"INSERT INTO chunks ({cols}) SELECT {cols} FROM {src}", [files]).fetchone()[0]
+            report.inserted = int(n)
+        if model is not None:
+            set_meta(con, "embedding_model", model)
+            set_meta(con, "dim", dim)
+        con.execute("COMMIT")
+    except BaseException as exc:
+        _rollback(con)
+        if isinstance(exc, duckdb.Error):
+            raise StoreError(
+                f"loading partitions {report.batches} failed, previous chunks kept: "
+                f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            ) from None
+        raise
+    con.execute("CHECKPOINT")
+    report.seconds = time.perf_counter() - t0
+    log.info(
+        "Saving - loaded %d chunks (%d replaced) from %d partitions in %.2f s",
+        report.inserted, report.deleted, len(paths), report.seconds,
+    )  # fmt: skip
+    return report
+
+
+def _rollback(con: duckdb.DuckDBPyConnection) -> None:
+    try:
+        con.execute("ROLLBACK")
+    except duckdb.Error:
+        pass  # the failed statement already ended the transaction
+
+
+def store_stats(con: duckdb.DuckDBPyConnection) -> dict:
+    """Counts a person (or Dagster metadata) would look at. No message text.
+
+    Returns:
+        ``{"chunks", "contacts", "batches": {batch: n}, "models": {model: n}, "embedding_model",
+        "dim"}``.
+    """
+    if not table_exists(con, "chunks"):
+        return {"chunks": 0, "contacts": 0, "batches": {}, "models": {}, "embedding_model": None, "dim": None}
+    chunks, contacts = con.execute("SELECT count(*), count(DISTINCT contact_id) FROM chunks").fetchone()
+    batches = dict(con.execute("SELECT batch, count(*) FROM chunks GROUP BY 1 ORDER BY 1").fetchall())
+    models = dict(con.execute("SELECT embedding_model, count(*) FROM chunks GROUP BY 1 ORDER BY 1").fetchall())
+    return {
+        "chunks": int(chunks),
+        "contacts": int(contacts),
+        "batches": batches,
+        "models": models,
+        "embedding_model": get_meta(con, "embedding_model"),
+        "dim": get_meta(con, "dim"),
+    }
+
+
+def _delete_where(con: duckdb.DuckDBPyConnection, column: str, values: Iterable[str]) -> int:
+    """Delete matching chunks; rebuild indexes that existed so no deleted text or vector lingers."""
+    values = sorted(set(values))
+    if not values or not table_exists(con, "chunks"):
+        return 0
+    had_hnsw, had_fts = index_mod.hnsw_present(con), index_mod.fts_present(con)
+    hnsw_params = dict(get_meta(con, "hnsw") or {})
+    con.execute("BEGIN TRANSACTION")
+    try:
+        index_mod.drop_indexes(con)
+        n = con.execute(f'DELETE FROM chunks WHERE "{column}" IN (SELECT unnest(?::VARCHAR[]))', [values]).fetchone()[0]
+        con.execute("COMMIT")
+    except BaseException:
+        _rollback(con)
+        raise
+    con.execute("CHECKPOINT")
+    if had_hnsw:
+        index_mod.build_hnsw(
+            con,
+            m=hnsw_params.get("m", 16),
+            ef_construction=hnsw_params.get("ef_construction", 128),
+            metric=hnsw_params.get("metric", "cosine"),
+        )
+    if had_fts:
+        index_mod.build_fts(con)
+    log.info("Saving - deleted %d chunks by %s", n, column)
+    return int(n)
+
+
+def delete_contacts(con: duckdb.DuckDBPyConnection, contact_ids: Iterable[str]) -> int:
+    """Delete every chunk of these contacts and rebuild the indexes. Returns rows deleted."""
+    return _delete_where(con, "contact_id", contact_ids)
+
+
+def delete_batches(con: duckdb.DuckDBPyConnection, batches: Iterable[str]) -> int:
+    """Delete every chunk of these batches and rebuild the indexes. Returns rows deleted."""
+    return _delete_where(con, "batch", batches)
+
+
+def clear(con: duckdb.DuckDBPyConnection) -> None:
+    """Drop the chunks, both indexes and the store facts."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        index_mod.drop_indexes(con)
+        con.execute("DROP TABLE IF EXISTS chunks")
+        con.execute("DROP TABLE IF EXISTS meta")
+        con.execute("COMMIT")
+    except BaseException:
+        _rollback(con)
+        raise
+    con.execute("CHECKPOINT")
