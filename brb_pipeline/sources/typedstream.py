@@ -317,6 +317,9 @@ def _split_encodings(enc: bytes) -> list[bytes]:
     return out
 
 
+_SPLIT_CACHE: dict[bytes, list[bytes]] = {}
+
+
 class _Parser:
     """General recursive typedstream reader over an in-memory blob."""
 
@@ -345,6 +348,8 @@ class _Parser:
         return h
 
     def integer(self, h: int, signed: bool = True) -> int:
+        if h < 0x80:  # the common case: a small non-negative value in the head byte
+            return h
         if h == _TAG_INT2:
             return int.from_bytes(self.take(2), "little" if self.le else "big", signed=signed)
         if h == _TAG_INT4:
@@ -384,6 +389,9 @@ class _Parser:
     # ---- structure ------------------------------------------------------------------------
 
     def header(self) -> None:
+        if self.d.startswith(_HEADER):  # what macOS writes: skip the byte-by-byte checks
+            self.p = len(_HEADER)
+            return
         version = self.head()
         sig_len = self.head()
         if version != 4 or sig_len != 11:
@@ -445,7 +453,12 @@ class _Parser:
         enc = self.shared(h)
         if not enc:
             raise _Invalid("nil or empty type encoding")
-        for t in _split_encodings(enc):
+        types = _SPLIT_CACHE.get(enc)
+        if types is None:
+            types = _split_encodings(enc)
+            if len(_SPLIT_CACHE) < 256:  # encodings repeat; garbage must not grow it unbounded
+                _SPLIT_CACHE[enc] = types
+        for t in types:
             out.append(self.value(t, self.head(), depth, owner))
 
     def value(self, t: bytes, h: int, depth: int, owner: _Obj | None) -> object:
@@ -529,15 +542,27 @@ def _string_text(o: object) -> str | None:
 
 
 def _decode_general(blob: bytes) -> str | None:
-    """Parse the first top-level value and return its string text (None if there is none)."""
+    """Read the root object and, if it is a string or attributed string, its string.
+
+    Only the root's first value group is read (the ``"+"`` bytes of a string, or the string
+    object of an attributed string); the attribute runs after it are not needed for the text.
+    """
     ps = _Parser(blob)
-    root: list = []
+    root = _Obj()
     try:
         ps.header()
-        ps.group(ps.head(), root, 0, None)
+        enc = ps.shared(ps.head())
+        if not enc or _split_encodings(enc)[0] != b"@":
+            return None  # the first top-level value is not an object
+        h = ps.head()
+        if h != _TAG_NEW:
+            return None  # nil, or a reference into an empty table
+        ps.objects.append(root)  # numbered before its class chain
+        root.cls = ps.klass(ps.head())
+        if root.cls is None:
+            return None
+        if root.cls.is_kind_of(b"NSString") or root.cls.is_kind_of(b"NSAttributedString"):
+            ps.group(ps.head(), root.values, 1, root)
     except (_Invalid, IndexError, ValueError, struct.error, RecursionError):
-        # Keep whatever was read before the stream broke off: a top-level "@" object is
-        # always entry 0 of the object table, registered before its contents.
-        if ps.objects:
-            root = [ps.objects[0]]
-    return _string_text(root[0]) if root else None
+        pass  # keep whatever was read before the stream broke off
+    return _string_text(root)
