@@ -90,7 +90,7 @@ def find_addressbooks(root: Path) -> list[Path]:
     return found
 
 
-def read_addressbook(root: Path) -> AddressBookResult:
+def read_addressbook(root: Path, *, timeout_s: float = 5.0) -> AddressBookResult:
     """Read every AddressBook store under ``root``.
 
     One unreadable file among several becomes a warning (counted in ``files_failed``); when every
@@ -98,6 +98,7 @@ def read_addressbook(root: Path) -> AddressBookResult:
 
     Args:
         root: the AddressBook folder (or one ``.abcddb`` file).
+        timeout_s: how long to wait for a locked file before skipping it (seconds).
 
     Raises:
         SourceMissingError: ``root`` does not exist.
@@ -118,7 +119,7 @@ def read_addressbook(root: Path) -> AddressBookResult:
     for path in files:
         rel = path.name if root.is_file() else path.relative_to(root).as_posix()
         try:
-            people = _read_file(path, rel, stats)
+            people = _read_file(path, rel, stats, timeout_s)
         except SourceError as e:
             errors.append(e)
             stats["files_failed"] += 1
@@ -156,8 +157,8 @@ def _text(value: object, odd: list[int]) -> str | None:
     return s or None
 
 
-def _read_file(path: Path, rel: str, stats: dict[str, int]) -> list[Person]:
-    conn = open_readonly(path, what="AddressBook", required=REQUIRED)
+def _read_file(path: Path, rel: str, stats: dict[str, int], timeout_s: float) -> list[Person]:
+    conn = open_readonly(path, what="AddressBook", required=REQUIRED, timeout_s=timeout_s)
     # Invalid UTF-8 in a name must not abort the whole file: decode with replacement.
     conn.text_factory = lambda b: b.decode("utf-8", "replace")
     odd = [0]

@@ -58,7 +58,7 @@ ORDER BY m.Z_PK
 """
 
 Cancel = Callable[[], bool]
-ProgressFn = Callable[[float, str], None]
+ProgressFn = Callable[[int, int], None]
 
 
 def read_whatsapp(
@@ -67,6 +67,8 @@ def read_whatsapp(
     default_region: str = "US",
     cancel: Cancel | None = None,
     progress: ProgressFn | None = None,
+    chunk_rows: int = FETCH_ROWS,
+    timeout_s: float = 5.0,
 ) -> ReadResult:
     """Read a WhatsApp store into MESSAGE_SCHEMA / CHAT_SCHEMA frames (channel ``"whatsapp"``).
 
@@ -75,9 +77,11 @@ def read_whatsapp(
     Args:
         path: ``ChatStorage.sqlite`` (ideally a snapshot; it is opened read-only anyway).
         default_region: region for JIDs/numbers without a country code (JIDs normally have one).
-        cancel: returns True when the run should stop; checked between fetches of 50,000 rows
+        cancel: polled between chunks; returning True raises :class:`CancelledError`
             (a ``CancelToken`` works as is).
-        progress: called with (percent 0-100, text-free message) after each fetch.
+        progress: called as ``progress(rows_done, rows_total)`` after each chunk.
+        chunk_rows: message rows fetched per chunk.
+        timeout_s: how long to wait on a locked file (seconds).
 
     Returns:
         ReadResult. ``message_id`` is ``"whatsapp:" + ZSTANZAID`` (``"whatsapp:pk-<Z_PK>"`` when
@@ -91,7 +95,7 @@ def read_whatsapp(
         CancelledError.
     """
     path = Path(path).expanduser()
-    conn = open_readonly(path, what=WHAT, required=REQUIRED)
+    conn = open_readonly(path, what=WHAT, required=REQUIRED, timeout_s=timeout_s)
     conn.text_factory = lambda b: b.decode("utf-8", "replace")
     stats = dict.fromkeys(
         ("messages_read", "status_skipped", "empty_skipped", "system_skipped", "bad_timestamp", "orphans",
@@ -109,16 +113,18 @@ def read_whatsapp(
         cur = conn.execute(_MESSAGES_SQL)
         parts: list[pl.DataFrame] = []
         done = 0
+        if progress is not None:
+            progress(0, total)
         while True:
             if cancel is not None and cancel():
-                raise CancelledError("WhatsApp - cancelled while reading; nothing was written")
-            rows = cur.fetchmany(FETCH_ROWS)
+                raise CancelledError(f"WhatsApp - read cancelled after {done:,} of {total:,} rows")
+            rows = cur.fetchmany(chunk_rows)
             if not rows:
                 break
             parts.append(_frame(rows))
             done += len(rows)
             if progress is not None:
-                progress(100.0 * done / max(total, 1), f"{done:,} WhatsApp rows")
+                progress(done, total)
     except sqlite3.Error as e:
         raise translate_sqlite_error(e, WHAT, path) from None
     finally:
