@@ -8,7 +8,8 @@ an ``NSAttributedString`` archived with ``NSArchiver``. Format facts used here:
 * Integers: one signed byte, unless the value falls in the tag range ``0x80..0x91`` or outside
   ``-128..127``; then ``0x81`` + int16 or ``0x82`` + int32 (``0x83`` + float/double for reals).
 * Tags: ``0x84`` new, ``0x85`` nil, ``0x86`` end of object. Any other head byte is an integer;
-  as a reference, ``0x92`` is entry 0 of a table.
+  a reference stores (entry number - 110), so entries 0..109 are ``0x92..0xff``, 110..237 are
+  ``0x00..0x7f`` and later ones use ``0x81`` + int16.
 * Two tables: shared strings (type encodings and class names) and objects (objects, classes,
   C strings), each numbered in order of first appearance; an object gets its number before its
   class chain is read.
@@ -20,6 +21,11 @@ an ``NSAttributedString`` archived with ``NSArchiver``. Format facts used here:
 An ``NSString`` stores ``"+"`` UTF-8 bytes; an ``NSAttributedString`` stores its string object,
 then for each attribute run an ``"iI"`` pair (attribute-dictionary number, run length in UTF-16
 units) followed by the dictionary itself the first time that number appears.
+
+Decoding checks the blob against the four byte-exact prefixes Messages writes (header and class
+chains up to the string's length) and slices the UTF-8 payload; anything else goes through a
+general recursive parser of the grammar above, which reads the root object's string group.
+Lengths are read unsigned, as pytypedstream does.
 """
 
 from __future__ import annotations
