@@ -10,6 +10,7 @@ import random
 import struct
 
 import typedstream as pytypedstream
+from typedstream.stream import ObjectReference, SingleClass, TypedStreamReader
 
 from brb_pipeline.sources import typedstream as ts
 from brb_pipeline.sources.typedstream import decode_attributed_body, encode_attributed_body
@@ -168,6 +169,12 @@ def test_every_fast_path_prefix_is_a_valid_typedstream():
             assert string.value == "abc"
             assert decode_attributed_body(blob) == "abc"
             assert ts._decode_general(blob) == "abc"
+            # The string's class chain ends in a reference to the NSObject class: object #2
+            # (root object, NSAttributedString, NSObject) or #3 with NSMutableAttributedString.
+            events = list(TypedStreamReader.from_data(blob))
+            refs = [e.number for e in events if isinstance(e, ObjectReference)]
+            assert refs == [3 if root_mutable else 2]
+            assert events[events.index(SingleClass(b"NSObject", 0)) + 1] is None  # root class
 
 
 def test_truncation_at_every_offset_never_raises():
