@@ -1,0 +1,336 @@
+"""Resolve message handles to contacts: one contact per person, group chat, or unknown bucket.
+
+Rules:
+
+* AddressBook phone numbers are normalized to E.164 with the user's default region (numbers typed
+  with ``+CC`` keep their country); e-mails are compared lower-case. Exact matches only: no "last
+  10 digits" matching, which collides across countries (+44 7700 900123 is not +1 770-090-0123).
+* One person is one contact, whatever handles and channels they used: AddressBook cards that
+  share a handle and the same name (the same card in the root store and an account store) are
+  one person, and the direct chats of all their handles merge.
+* contact_id: ``"c:" + min(handles of the person seen in chats/messages)`` for a person;
+  ``"h:" + handle`` for an unresolved direct handle; ``"g:" + chat_id`` for a group chat;
+  ``UNKNOWN_CONTACT_ID`` for orphan messages and direct chats without a participant.
+* A handle on two cards with different names is a conflict, settled deterministically: the card
+  from the root store, then the card with more handles, then the lower file path, then the lower
+  Z_PK. Conflicts are reported (with pks, never names) so a user can fix the card.
+
+All message-level work is polars joins; Python loops only run over AddressBook cards and chats.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from brb_pipeline.core.handles import is_email, normalize_handle
+from brb_pipeline.core.records import UNKNOWN_CONTACT_ID
+from brb_pipeline.sources.addressbook import Person
+
+log = logging.getLogger(__name__)
+
+UNKNOWN_NAME = "Unknown"
+UNNAMED_GROUP = "Unnamed group"
+
+CONTACTS_SCHEMA = pl.Schema(
+    {
+        "contact_id": pl.Utf8,
+        "display_name": pl.Utf8,  # never null
+        "name_source": pl.Utf8,  # "addressbook" | "chat_name" | "participants" | "handle" | "unknown"
+        "kind": pl.Utf8,  # "direct" | "group" | "unknown"
+        "channels": pl.List(pl.Utf8),  # sorted
+        "handles": pl.List(pl.Utf8),  # sorted normalized handles
+    }
+)
+
+
+@dataclass
+class Conflict:
+    """One handle found on AddressBook cards with different names.
+
+    Attributes:
+        handle: the normalized handle.
+        chosen: (source file relative to the AddressBook root, Z_PK) of the card that won.
+        others: the losing cards, same shape, sorted.
+    """
+
+    handle: str
+    chosen: tuple[str, int]
+    others: list[tuple[str, int]] = field(default_factory=list)
+
+
+@dataclass
+class ContactResolution:
+    """What :func:`resolve_contacts` returns.
+
+    Attributes:
+        messages: the input messages, same rows and order, plus a ``contact_id`` Utf8 column.
+        contacts: one row per contact that has at least one message (CONTACTS_SCHEMA), sorted.
+        conflicts: handles claimed by differently named cards, sorted by handle.
+        stats: ``contacts``, ``named_contacts`` (named from AddressBook, a chat name or
+            participants), ``handles_resolved``, ``handles_unresolved`` (distinct handles seen in
+            chats and senders), ``conflicts``, ``addressbook_handles``, ``addressbook_bad_numbers``.
+    """
+
+    messages: pl.DataFrame
+    contacts: pl.DataFrame
+    conflicts: list[Conflict]
+    stats: dict[str, int]
+
+
+def person_handles(people: Sequence[Person], default_region: str = "US") -> tuple[list[set[str]], int]:
+    """Normalized handles of each card (E.164 phones, lower-case e-mails), and the count of
+    phone numbers that could not be normalized (they can match nothing and are dropped)."""
+    out, bad = [], 0
+    for p in people:
+        hs: set[str] = set()
+        for raw in p.phones:
+            h = normalize_handle(raw, default_region)
+            if h and h.startswith("+") and h[1:].isdigit():
+                hs.add(h)
+            elif h and is_email(h):  # an e-mail typed into a phone field
+                hs.add(h)
+            else:
+                bad += 1
+        for raw in p.emails:
+            h = normalize_handle(raw, default_region)
+            if h and is_email(h):
+                hs.add(h)
+        out.append(hs)
+    return out, bad
+
+
+def _handle_owners(
+    people: Sequence[Person], handles: list[set[str]]
+) -> tuple[dict[str, int], dict[int, str], list[Conflict]]:
+    """handle -> person group id, group id -> display name, conflicts."""
+    def priority(i: int) -> tuple:
+        p = people[i]
+        return (0 if "/" not in p.source else 1, -len(handles[i]), p.source, p.record_pk)
+
+    holders: dict[str, list[int]] = {}
+    for i, hs in enumerate(handles):
+        for h in hs:
+            holders.setdefault(h, []).append(i)
+
+    parent = list(range(len(people)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    def union(a: int, b: int) -> None:
+        ra, rb = find(a), find(b)
+        if ra != rb:  # the higher-priority card becomes the root, so it names the group
+            if priority(rb) < priority(ra):
+                ra, rb = rb, ra
+            parent[rb] = ra
+
+    chosen: dict[str, int] = {}
+    conflicts: list[Conflict] = []
+    for h in sorted(holders):
+        idx = sorted(holders[h], key=priority)
+        win = idx[0]
+        chosen[h] = win
+        key = people[win].display_name.casefold()
+        losers = []
+        for j in idx[1:]:
+            if people[j].display_name.casefold() == key:
+                union(win, j)
+            else:
+                losers.append((people[j].source, people[j].record_pk))
+        if losers:
+            conflicts.append(Conflict(h, (people[win].source, people[win].record_pk), sorted(losers)))
+    owner = {h: find(i) for h, i in chosen.items()}
+    names = {g: people[g].display_name for g in set(owner.values())}
+    return owner, names, conflicts
+
+
+def _group_name(names: pl.Expr) -> pl.Expr:
+    """"Ayşe", "Ayşe & Omar", "Ayşe, Omar & Zed", "Ayşe, Omar & 2 more" from a list of names."""
+    n = names.list.len()
+    a, b, c = names.list.get(0, null_on_oob=True), names.list.get(1, null_on_oob=True), names.list.get(2, null_on_oob=True)
+    return (
+        pl.when(n == 0).then(None)
+        .when(n == 1).then(a)
+        .when(n == 2).then(pl.concat_str(a, pl.lit(" & "), b))
+        .when(n == 3).then(pl.concat_str(a, pl.lit(", "), b, pl.lit(" & "), c))
+        .otherwise(pl.concat_str(a, pl.lit(", "), b, pl.lit(" & "), (n - 2).cast(pl.Utf8), pl.lit(" more")))
+    )
+
+
+def resolve_contacts(
+    messages: pl.DataFrame,
+    chats: pl.DataFrame,
+    people: Sequence[Person],
+    *,
+    default_region: str = "US",
+) -> ContactResolution:
+    """Assign every message a contact and name every contact.
+
+    Args:
+        messages: MESSAGE_SCHEMA rows of any channels, shape (n_messages, 13).
+        chats: CHAT_SCHEMA rows of the same channels, shape (n_chats, 5).
+        people: AddressBook cards (``read_addressbook(...).people``).
+        default_region: ISO region for AddressBook numbers typed without ``+CC``.
+
+    Returns:
+        ContactResolution (see its attributes).
+    """
+    handles, bad_numbers = person_handles(people, default_region)
+    owner, group_names, conflicts = _handle_owners(people, handles)
+    hmap = pl.DataFrame(
+        {"handle": list(owner), "person": list(owner.values())},
+        schema={"handle": pl.Utf8, "person": pl.Int64},
+    )
+    pnames = pl.DataFrame(
+        {"person": list(group_names), "person_name": list(group_names.values())},
+        schema={"person": pl.Int64, "person_name": pl.Utf8},
+    )
+
+    chats = chats.unique("chat_id", keep="first", maintain_order=True)
+    # Every handle seen anywhere: chat participants and message senders.
+    seen = (
+        pl.concat(
+            [
+                chats.select(pl.col("participants").explode().alias("handle")),
+                messages.select(pl.col("sender").alias("handle")),
+            ]
+        )
+        .drop_nulls()
+        .unique()
+        .join(hmap, on="handle", how="left")
+    )
+    person_cid = (
+        seen.drop_nulls("person")
+        .group_by("person")
+        .agg(pl.col("handle").min().alias("min_handle"))
+        .select("person", (pl.lit("c:") + pl.col("min_handle")).alias("person_cid"))
+        .join(pnames, on="person", how="left")
+    )
+    handle_info = hmap.join(person_cid, on="person", how="left")  # handle, person, person_cid, person_name
+
+    # Chat -> contact.
+    direct_handle = pl.col("participants").list.first()
+    c = chats.with_columns(
+        pl.when(pl.col("kind") == "group").then(None).otherwise(direct_handle).alias("handle")
+    ).join(handle_info, on="handle", how="left")
+    c = c.with_columns(
+        pl.when(pl.col("kind") == "group")
+        .then(pl.lit("g:") + pl.col("chat_id"))
+        .when(pl.col("person_cid").is_not_null())
+        .then(pl.col("person_cid"))
+        .when(pl.col("handle").is_not_null())
+        .then(pl.lit("h:") + pl.col("handle"))
+        .otherwise(pl.lit(UNKNOWN_CONTACT_ID))
+        .alias("contact_id")
+    )
+
+    out_messages = messages.join(
+        c.select("chat_id", "contact_id"), on="chat_id", how="left", maintain_order="left"
+    ).with_columns(pl.col("contact_id").fill_null(UNKNOWN_CONTACT_ID))
+
+    # Names of group chats from their participants (resolved names first, then raw handles).
+    groups = c.filter(pl.col("kind") == "group")
+    members = (
+        groups.select("chat_id", pl.col("participants").alias("handle"))
+        .explode("handle")
+        .drop_nulls("handle")
+        .join(handle_info.select("handle", "person_name"), on="handle", how="left")
+        .with_columns(
+            pl.col("person_name").is_null().alias("_raw"),
+            pl.coalesce("person_name", "handle").alias("_name"),
+        )
+        .unique(["chat_id", "_name"])
+        .sort(["chat_id", "_raw", "_name"])
+        .group_by("chat_id", maintain_order=True)
+        .agg(pl.col("_name").alias("_names"))
+        .with_columns(_group_name(pl.col("_names")).alias("participants_name"))
+        .select("chat_id", "participants_name")
+    )
+    c = c.join(members, on="chat_id", how="left")
+
+    used = out_messages.group_by("contact_id").agg(pl.col("channel").unique().sort().alias("msg_channels"))
+    per_chat = c.filter(pl.col("contact_id") != UNKNOWN_CONTACT_ID).with_columns(
+        pl.when(pl.col("kind") == "group")
+        .then(pl.col("participants"))
+        .when(pl.col("person").is_not_null())
+        .then(pl.lit(None, dtype=pl.List(pl.Utf8)))
+        .otherwise(pl.concat_list(pl.col("handle")))
+        .alias("_handles")
+    )
+    agg = (
+        per_chat.sort("chat_id")
+        .group_by("contact_id", maintain_order=True)
+        .agg(
+            pl.col("kind").first(),
+            pl.col("person").first(),
+            pl.col("person_name").first(),
+            pl.col("display_name").drop_nulls().first().alias("chat_name"),
+            pl.col("participants_name").first(),
+            pl.col("handle").first(),
+            pl.col("_handles").list.explode(keep_nulls=False, empty_as_null=False).drop_nulls().unique().sort().alias("handles"),
+        )
+    )
+    # A person's handles: every seen handle that belongs to them.
+    person_handles_seen = (
+        seen.drop_nulls("person").group_by("person").agg(pl.col("handle").unique().sort().alias("p_handles"))
+    )
+    agg = agg.join(person_handles_seen, on="person", how="left").with_columns(
+        pl.coalesce("p_handles", "handles").alias("handles")
+    )
+    contacts = (
+        used.join(agg, on="contact_id", how="left")
+        .with_columns(
+            pl.when(pl.col("contact_id") == UNKNOWN_CONTACT_ID)
+            .then(pl.lit("unknown"))
+            .otherwise(pl.col("kind"))
+            .alias("kind"),
+        )
+        .with_columns(
+            pl.when(pl.col("kind") == "unknown").then(pl.lit(UNKNOWN_NAME))
+            .when(pl.col("person_name").is_not_null()).then(pl.col("person_name"))
+            .when(pl.col("chat_name").is_not_null()).then(pl.col("chat_name"))
+            .when(pl.col("participants_name").is_not_null()).then(pl.col("participants_name"))
+            .when(pl.col("kind") == "group").then(pl.lit(UNNAMED_GROUP))
+            .otherwise(pl.col("handle"))
+            .alias("display_name"),
+            pl.when(pl.col("kind") == "unknown").then(pl.lit("unknown"))
+            .when(pl.col("person_name").is_not_null()).then(pl.lit("addressbook"))
+            .when(pl.col("chat_name").is_not_null()).then(pl.lit("chat_name"))
+            .when(pl.col("participants_name").is_not_null()).then(pl.lit("participants"))
+            .when(pl.col("kind") == "group").then(pl.lit("unknown"))
+            .otherwise(pl.lit("handle"))
+            .alias("name_source"),
+            pl.col("msg_channels").alias("channels"),
+            pl.when(pl.col("kind") == "unknown")
+            .then(pl.lit([], dtype=pl.List(pl.Utf8)))
+            .otherwise(pl.col("handles").fill_null(pl.lit([], dtype=pl.List(pl.Utf8))))
+            .alias("handles"),
+        )
+        .select(list(CONTACTS_SCHEMA.names()))
+        .cast(dict(CONTACTS_SCHEMA))
+        .sort("contact_id")
+    )
+
+    n_resolved = int(seen.get_column("person").is_not_null().sum())
+    stats = {
+        "contacts": contacts.height,
+        "named_contacts": int(contacts.get_column("name_source").is_in(["addressbook", "chat_name", "participants"]).sum()),
+        "handles_resolved": n_resolved,
+        "handles_unresolved": seen.height - n_resolved,
+        "conflicts": len(conflicts),
+        "addressbook_handles": hmap.height,
+        "addressbook_bad_numbers": bad_numbers,
+    }
+    log.info(
+        "Contacts - %d contacts (%d named), %d handles resolved, %d unresolved, %d conflicts",
+        stats["contacts"], stats["named_contacts"], stats["handles_resolved"], stats["handles_unresolved"],
+        stats["conflicts"],
+    )
+    return ContactResolution(messages=out_messages, contacts=contacts, conflicts=conflicts, stats=stats)
