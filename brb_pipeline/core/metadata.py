@@ -180,13 +180,20 @@ def read_contacts(path: Path) -> pl.DataFrame:
     return pl.DataFrame(data, infer_schema_length=None)
 
 
-def sync_batches(path: Path, batches: pl.DataFrame) -> dict[str, list[str]]:
+def sync_batches(path: Path, batches: pl.DataFrame, embed_keys: Mapping[str, str] | None = None
+                 ) -> dict[str, list[str]]:
     """Record the current batches (batch, contacts, messages, fingerprint).
+
+    Args:
+        batches: frame with batch, contacts, messages, fingerprint.
+        embed_keys: batch -> the key its embeddings must have been made with (fingerprint plus
+            model and chunking settings); defaults to the fingerprint.
 
     Returns:
         ``{"changed": [...], "unchanged": [...], "removed": [...]}`` where *changed* batches are
-        new or have a fingerprint different from the one their staged embeddings were made from.
+        new or were embedded from other content or settings than now.
     """
+    keys = dict(embed_keys or {})
     now = {r["batch"]: r for r in batches.iter_rows(named=True)}
     with connect(path) as c:
         old = {b: (fp, efp) for b, fp, efp in c.execute("SELECT batch, fingerprint, embedded_fingerprint FROM batches")}
@@ -199,7 +206,7 @@ def sync_batches(path: Path, batches: pl.DataFrame) -> dict[str, list[str]]:
                    fingerprint = excluded.fingerprint""",
                 (b, r["contacts"], r["messages"], r["fingerprint"]),
             )
-    changed = sorted(b for b, r in now.items() if old.get(b, (None, None))[1] != r["fingerprint"])
+    changed = sorted(b for b, r in now.items() if old.get(b, (None, None))[1] != keys.get(b, r["fingerprint"]))
     return {"changed": changed, "unchanged": sorted(set(now) - set(changed)), "removed": removed}
 
 
@@ -254,3 +261,9 @@ def _iso(v: Any) -> str | None:
     if v is None:
         return None
     return v.isoformat() if hasattr(v, "isoformat") else str(v)
+
+
+def reset_embedded(path: Path, batches: list[str]) -> None:
+    """Forget that these batches were embedded, so the next run re-chunks and re-embeds them."""
+    with connect(path) as c:
+        c.executemany("UPDATE batches SET embedded_fingerprint = NULL WHERE batch = ?", [(b,) for b in batches])

@@ -1,0 +1,47 @@
+"""Unpartitioned ingestion assets: snapshot -> parsed_messages -> contacts -> contact_batches."""
+
+
+import dagster as dg
+
+from brb_pipeline.assets.groups import INGEST, contact_batches_partitions
+from brb_pipeline.pipeline import ingest
+
+
+@dg.asset(group_name=INGEST, kinds={"sqlite"}, required_resource_keys={"brb", "runtime"})
+def source_snapshot(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+    """A consistent read-only copy of chat.db (with WAL content), the AddressBook and, when
+    enabled, the WhatsApp store, in ``<home>/snapshot``."""
+    rt = context.resources.runtime
+    rt.cancel.check()
+    meta = ingest.run_snapshot(context.resources.brb.load(), rt.progress_for(context))
+    return dg.MaterializeResult(metadata=meta)
+
+
+@dg.asset(group_name=INGEST, deps=[source_snapshot], kinds={"polars", "parquet"}, required_resource_keys={"brb", "runtime"})
+def parsed_messages(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+    """Every enabled channel's messages in one normalized frame (tapbacks folded, text decoded)."""
+    rt = context.resources.runtime
+    meta = ingest.run_parse(context.resources.brb.load(), rt.progress_for(context), rt.cancel)
+    return dg.MaterializeResult(metadata=meta)
+
+
+@dg.asset(group_name=INGEST, deps=[parsed_messages], kinds={"sqlite"}, required_resource_keys={"brb"})
+def contacts(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+    """Contacts with AddressBook names and per-contact stats in brb.db."""
+    return dg.MaterializeResult(metadata=ingest.run_contacts(context.resources.brb.load()))
+
+
+@dg.asset(group_name=INGEST, deps=[contacts], kinds={"sqlite"}, required_resource_keys={"brb"})
+def contact_batches(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+    """Contacts grouped into batches (top 50 by messages 10 to a batch, the rest 50 to a batch),
+    registered as the dynamic partitions of every per-batch asset."""
+    keys, changed, meta = ingest.run_batches(context.resources.brb.load())
+    name = contact_batches_partitions.name
+    existing = set(context.instance.get_dynamic_partitions(name))
+    new = [k for k in keys if k not in existing]
+    if new:
+        context.instance.add_dynamic_partitions(name, new)
+    for stale in sorted(existing - set(keys)):
+        context.instance.delete_dynamic_partition(name, stale)
+    meta["changed"] = ", ".join(changed) if changed else "none"
+    return dg.MaterializeResult(metadata=meta)

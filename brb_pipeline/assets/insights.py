@@ -1,0 +1,61 @@
+"""Unpartitioned analyzing assets: projection -> clusters -> cluster_labels -> insights_map."""
+
+
+import base64
+from pathlib import Path
+
+import dagster as dg
+
+from brb_pipeline.assets.groups import INSIGHTS
+from brb_pipeline.assets.store import chunk_store
+from brb_pipeline.pipeline import insights
+
+
+def _progress(context: dg.AssetExecutionContext, percent: float, message: str) -> None:
+    rt = context.resources.runtime
+    rt.cancel.check()
+    rt.progress_for(context).update("analyzing", percent, message)
+
+
+@dg.asset(group_name=INSIGHTS, deps=[chunk_store], kinds={"sklearn", "umap"}, required_resource_keys={"brb", "runtime"})
+def projection(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+    """PCA (embedding dim -> 50) then UMAP to 2-D and 3-D, seeded."""
+    _progress(context, 5, "PCA + UMAP")
+    meta = insights.run_projection(context.resources.brb.load())
+    _progress(context, 55, "layout ready")
+    return dg.MaterializeResult(metadata=meta)
+
+
+@dg.asset(group_name=INSIGHTS, deps=[projection], kinds={"hdbscan"}, required_resource_keys={"brb", "runtime"})
+def clusters(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+    """HDBSCAN on the 2-D layout, similar clusters merged, close noise reassigned, ids stable."""
+    _progress(context, 60, "clustering")
+    meta = insights.run_clusters(context.resources.brb.load())
+    return dg.MaterializeResult(metadata=meta)
+
+
+@dg.asset(group_name=INSIGHTS, deps=[clusters], kinds={"sklearn"}, required_resource_keys={"brb", "runtime"})
+def cluster_labels(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+    """A short readable label per cluster (offline c-TF-IDF, or mlx-lm with a local model)."""
+    _progress(context, 75, "labelling clusters")
+    meta = insights.run_labels(context.resources.brb.load())
+    return dg.MaterializeResult(metadata=meta)
+
+
+@dg.asset(group_name=INSIGHTS, deps=[cluster_labels], kinds={"plotly"}, required_resource_keys={"brb", "runtime"})
+def insights_map(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+    """The interactive conversation map (2-D and 3-D HTML) and its PNG preview."""
+    _progress(context, 85, "drawing the map")
+    meta = insights.run_map(context.resources.brb.load())
+    md = meta.pop("summary_markdown")
+    png = Path(meta["png"])
+    preview = ""
+    if png.exists() and png.stat().st_size < 2_000_000:
+        preview = f"![map](data:image/png;base64,{base64.b64encode(png.read_bytes()).decode()})"
+    _progress(context, 100, f"{meta['clusters']} clusters")
+    return dg.MaterializeResult(metadata={
+        **meta,
+        "html": dg.MetadataValue.path(meta["html"]),
+        "clusters_table": dg.MetadataValue.md(md),
+        "preview": dg.MetadataValue.md(preview or "(no preview)"),
+    })

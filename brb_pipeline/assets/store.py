@@ -1,0 +1,44 @@
+"""Unpartitioned store assets: the DuckDB chunk store and its two indexes."""
+
+
+import dagster as dg
+
+from brb_pipeline.assets.batches import batch_embeddings
+from brb_pipeline.assets.groups import DUCKDB_POOL, STORE
+from brb_pipeline.pipeline import store
+
+
+def _progress(context: dg.AssetExecutionContext, percent: float, message: str) -> None:
+    context.resources.runtime.progress_for(context).update("saving", percent, message)
+
+
+@dg.asset(group_name=STORE, deps=[batch_embeddings], pool=DUCKDB_POOL, kinds={"duckdb"},
+          required_resource_keys={"brb", "runtime"})
+def chunk_store(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+    """All embedded partitions loaded into brb.duckdb with one set-based INSERT ... read_parquet;
+    a rerun partition's rows are replaced atomically."""
+    context.resources.runtime.cancel.check()
+    _progress(context, 5, "loading partitions")
+    meta = store.run_load(context.resources.brb.load())
+    _progress(context, 40, f"{meta.get('chunks', 0):,} chunks stored")
+    return dg.MaterializeResult(metadata=meta)
+
+
+@dg.asset(group_name=STORE, deps=[chunk_store], pool=DUCKDB_POOL, kinds={"duckdb"},
+          required_resource_keys={"brb", "runtime"})
+def vector_index(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+    """HNSW (cosine) index over the embeddings, built once after the load."""
+    _progress(context, 45, "building HNSW index")
+    meta = store.run_vector_index(context.resources.brb.load())
+    _progress(context, 80, "HNSW ready")
+    return dg.MaterializeResult(metadata=meta)
+
+
+@dg.asset(group_name=STORE, deps=[chunk_store], pool=DUCKDB_POOL, kinds={"duckdb"},
+          required_resource_keys={"brb", "runtime"})
+def text_index(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+    """BM25 full-text index over chunk text, keeping digits and non-Latin letters."""
+    _progress(context, 85, "building BM25 index")
+    meta = store.run_text_index(context.resources.brb.load())
+    _progress(context, 100, "indexes ready")
+    return dg.MaterializeResult(metadata=meta)

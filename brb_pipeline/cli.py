@@ -1,0 +1,243 @@
+"""`brb`: the command line over the same asset graph, headless.
+
+Library errors (:class:`BrbError`) become one-line messages and a non-zero exit code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from brb_pipeline.core.errors import BrbError, CancelledError
+from brb_pipeline.settings import Settings
+
+WHATSAPP_WARNING = (
+    "WhatsApp channel ON: brb reads your WhatsApp ChatStorage.sqlite (read-only) into its store; "
+    "nothing else protects that file, keep the home dir private"
+)
+
+
+class BrbGroup(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except CancelledError as e:
+            click.echo(f"brb: {e}", err=True)
+            ctx.exit(e.exit_code)
+        except BrbError as e:
+            click.echo(f"brb: error: {e}", err=True)
+            ctx.exit(e.exit_code)
+
+
+@click.group(cls=BrbGroup)
+@click.version_option(package_name="brb-pipeline")
+def main() -> None:
+    """brb: your message history, searchable and mapped, on your own machine."""
+    logging.basicConfig(level=os.environ.get("BRB_LOG", "WARNING"), stream=sys.stderr,
+                        format="%(levelname)s %(message)s")
+
+
+home_opt = click.option("--home", type=click.Path(path_type=Path), default=None,
+                        help="Pipeline home dir (default: $BRB_HOME or ~/.brb).")
+
+
+def _settings(home: Path | None, **overrides: Any) -> Settings:
+    return Settings.load(home, **overrides)
+
+
+@main.command()
+@click.option("--chat-db", type=click.Path(path_type=Path), default=None, help="Apple Messages chat.db.")
+@click.option("--addressbook", type=click.Path(path_type=Path), default=None,
+              help="Folder with AddressBook-v22.abcddb (e.g. ~/Library/Application Support/AddressBook).")
+@click.option("--whatsapp", type=click.Path(path_type=Path), default=None,
+              help="WhatsApp ChatStorage.sqlite; giving it turns the WhatsApp channel on.")
+@click.option("--no-whatsapp", is_flag=True, help="Turn the WhatsApp channel off.")
+@click.option("--contact", "contacts", multiple=True, help="Re-run only this contact (name or handle); repeatable.")
+@click.option("--progress", "progress_mode", type=click.Choice(["bars", "jsonl", "none"]), default=None,
+              help="bars (terminal), jsonl (JSON lines on stdout for a host app) or none.")
+@click.option("--cancel-file", type=click.Path(path_type=Path), default=None,
+              help="Stop at the next batch boundary when this file appears.")
+@click.option("--no-insights", is_flag=True, help="Skip the insights map.")
+@home_opt
+def ingest(chat_db, addressbook, whatsapp, no_whatsapp, contacts, progress_mode, cancel_file, no_insights, home):
+    """Snapshot the sources and run every stage: parse, chunk, embed, store, index, map."""
+    overrides: dict[str, Any] = {"chat_db": chat_db, "addressbook_dir": addressbook}
+    if whatsapp:
+        overrides.update(whatsapp_db=whatsapp, whatsapp_enabled=True)
+    if no_whatsapp:
+        overrides["whatsapp_enabled"] = False
+    s = _settings(home, **overrides)
+    _run_ingest(s, progress_mode, cancel_file, list(contacts), analyze=not no_insights)
+
+
+def _run_ingest(s: Settings, progress_mode: str | None, cancel_file: Path | None, contacts: list[str],
+                analyze: bool = True) -> dict[str, Any]:
+    from brb_pipeline.core.progress import CancelToken, JsonlSink, Progress, RichSink
+
+    mode = progress_mode or ("bars" if sys.stderr.isatty() else "none")
+    cancel = CancelToken(cancel_file)
+    restore = cancel.install_signal_handlers()
+    real_stdout = sys.stdout
+    sinks: list[Any] = []
+    stack = contextlib.ExitStack()
+    if mode == "jsonl":
+        jsonl = JsonlSink(real_stdout)
+        sinks.append(jsonl)
+        # Nothing but JSON lines may reach stdout: library prints and warnings go to stderr.
+        stack.enter_context(contextlib.redirect_stdout(sys.stderr))
+        cancel.watch_stdin()
+    elif mode == "bars":
+        sinks.append(stack.enter_context(RichSink()))
+    progress = Progress(sinks)
+    if s.whatsapp_enabled:
+        progress.log("warning", WHATSAPP_WARNING)
+        if mode != "jsonl":
+            click.echo(f"brb: {WHATSAPP_WARNING}", err=True)
+    try:
+        with stack:
+            from brb_pipeline.runner import run_ingest
+
+            contact_ids = _resolve_contacts(s, contacts) if contacts else None
+            result = run_ingest(s, progress=progress, cancel=cancel, only_contacts=contact_ids, analyze=analyze)
+    except BrbError as e:
+        if mode == "jsonl":
+            JsonlSink(real_stdout).emit({"type": "result", "success": False,
+                                         "error": {"kind": type(e).__name__, "message": str(e)}})
+        raise
+    except Exception as e:  # unexpected: still one JSON result line for a host app
+        if mode == "jsonl":
+            JsonlSink(real_stdout).emit({"type": "result", "success": False,
+                                         "error": {"kind": type(e).__name__, "message": str(e).splitlines()[0][:300]}})
+        raise
+    finally:
+        restore()
+    if mode == "jsonl":
+        JsonlSink(real_stdout).emit({"type": "result", "success": True, "data": result})
+    else:
+        click.echo(f"brb: ingested {result['messages']:,} messages into {result['chunks']:,} chunks "
+                   f"({len(result['batches_processed'])} of {result['batches']} batches processed) "
+                   f"in {result['timings'].get('total', 0):.0f} s; home {s.home}", err=True)
+    return result
+
+
+def _resolve_contacts(s: Settings, names: list[str]) -> list[str]:
+    from brb_pipeline.core.contacts_lookup import find_contacts
+
+    return find_contacts(s.brb_db, names, default_region=s.default_region)
+
+
+@main.command()
+@click.option("--messages", type=int, default=6000, show_default=True,
+              help="Size of the demo archive (0 = the whole chitchat corpus, ~258K messages).")
+@click.option("--whatsapp", is_flag=True, help="Also build and ingest a demo WhatsApp store.")
+@click.option("--progress", "progress_mode", type=click.Choice(["bars", "jsonl", "none"]), default=None)
+@home_opt
+def demo(messages, whatsapp, progress_mode, home):
+    """Build the demo archive (real Apple schemas, real human chat corpus) and ingest it."""
+    from brb_pipeline.demo.generate import build_demo_archive
+
+    s = _settings(home)
+    archive = build_demo_archive(s.home / "demo-archive", messages=messages or None, whatsapp=whatsapp)
+    s = _settings(home, chat_db=archive.chat_db, addressbook_dir=archive.addressbook_dir,
+                  whatsapp_db=archive.whatsapp_db if whatsapp else None, whatsapp_enabled=bool(whatsapp))
+    _run_ingest(s, progress_mode, None, [])
+    click.echo(json.dumps(status_dict(s), indent=2, default=str))
+
+
+def status_dict(s: Settings) -> dict[str, Any]:
+    """What is stored. Keys are documented in the README and only ever added to."""
+    from brb_pipeline.core import metadata
+
+    out: dict[str, Any] = {
+        "home": str(s.home), "messages": 0, "contacts": 0, "named_contacts": 0, "chunks": 0,
+        "embedding_model": None, "last_ingestion": None, "channels": s.channels(), "clusters": 0,
+        "map": None,
+    }
+    if not s.brb_db.exists():
+        return out
+    contacts = metadata.read_contacts(s.brb_db)
+    if contacts.height:
+        out["contacts"] = contacts.height
+        out["messages"] = int(contacts["messages"].sum())
+        out["named_contacts"] = int((contacts["name_source"] == "addressbook").sum())
+    run = metadata.last_run(s.brb_db)
+    if run:
+        out["last_ingestion"] = {k: run[k] for k in ("run_id", "status", "started_at", "finished_at", "messages",
+                                                     "first_ts", "last_ts", "error")}
+    out["clusters"] = metadata.count_clusters(s.brb_db)
+    if s.duckdb_path.exists():
+        from brb_pipeline.core import duck
+        from brb_pipeline.core.store import store_stats
+
+        try:
+            con = duck.connect(s.duckdb_path, read_only=True)
+            try:
+                st = store_stats(con)
+                out["chunks"] = int(st.get("chunks", 0))
+                out["embedding_model"] = duck.get_meta(con, "embedding_model")
+            finally:
+                con.close()
+        except BrbError as e:
+            out["store_error"] = str(e)
+    m = s.insights_dir / "map.html"
+    out["map"] = str(m) if m.exists() else None
+    return out
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@home_opt
+def status(as_json, home):
+    """What is stored: messages, contacts, chunks, model, last ingestion, enabled channels."""
+    s = _settings(home)
+    st = status_dict(s)
+    if as_json:
+        click.echo(json.dumps(st, indent=2, default=str))
+        return
+    ch = ", ".join(f"{k} {'on' if v else 'off'}" for k, v in st["channels"].items())
+    last = st["last_ingestion"] or {}
+    click.echo(f"home            {st['home']}\nmessages        {st['messages']:,}\ncontacts        {st['contacts']:,} "
+               f"({st['named_contacts']:,} named)\nchunks          {st['chunks']:,}\nembedding model {st['embedding_model']}\n"
+               f"clusters        {st['clusters']}\nchannels        {ch}\nlast ingestion  {last.get('status', 'never')}")
+
+
+@main.command()
+@click.option("--open", "open_", is_flag=True, help="Open the map in a browser.")
+@home_opt
+def insights(open_, home):
+    """Print (or open) the path of the interactive conversation map."""
+    s = _settings(home)
+    m = s.insights_dir / "map.html"
+    if not m.exists():
+        raise BrbError(f"no insights map in {s.insights_dir}: run `brb ingest` (or `brb demo`) first")
+    if open_:
+        import webbrowser
+
+        webbrowser.open(m.as_uri())
+    click.echo(str(m))
+
+
+@main.command()
+@click.option("--port", default=3000, show_default=True)
+@home_opt
+def ui(port, home):
+    """Open the Dagster UI on this pipeline (every stage can be materialized there)."""
+    from brb_pipeline.runner import instance_for
+
+    s = _settings(home)
+    instance_for(s)
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "DAGSTER_HOME": str(s.dagster_home), "BRB_HOME": str(s.home)}
+    os.execvpe(sys.executable, [sys.executable, "-m", "dagster", "dev", "-w", str(root / "workspace.yaml"),
+                                "-p", str(port)], env)
+
+
+if __name__ == "__main__":
+    main()

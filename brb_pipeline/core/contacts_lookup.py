@@ -1,0 +1,44 @@
+"""Find contacts by what a person types: a display name, part of one, a handle or a contact id."""
+
+from __future__ import annotations
+
+import unicodedata
+from pathlib import Path
+
+from brb_pipeline.core import metadata
+from brb_pipeline.core.errors import BrbError
+from brb_pipeline.core.handles import normalize_handle
+
+
+def fold(text: str) -> str:
+    """Case- and accent-insensitive form ("Ayşe" -> "ayse")."""
+    decomposed = unicodedata.normalize("NFKD", text.casefold())
+    return "".join(c for c in decomposed if not unicodedata.combining(c)).replace("ı", "i")
+
+
+def find_contacts(db: Path, names: list[str], *, default_region: str = "US") -> list[str]:
+    """Contact ids for each of ``names``; one-line errors for no match or an ambiguous one.
+
+    Matching order per name: contact id, handle (normalized), whole display name, then a
+    display name containing it as a word prefix ("Ayşe" finds "Ayşe Yılmaz") if unique.
+    """
+    contacts = metadata.read_contacts(db)
+    rows = list(contacts.iter_rows(named=True))
+    out: list[str] = []
+    for name in names:
+        q = name.strip()
+        handle = normalize_handle(q, default_region)
+        hits = [r["contact_id"] for r in rows if r["contact_id"] == q]
+        hits = hits or [r["contact_id"] for r in rows if handle and handle in (r.get("handles") or [])]
+        hits = hits or [r["contact_id"] for r in rows if fold(r["display_name"]) == fold(q)]
+        if not hits:
+            fq = fold(q)
+            hits = [r["contact_id"] for r in rows if any(w.startswith(fq) for w in fold(r["display_name"]).split())
+                    or fold(r["display_name"]).startswith(fq)]
+        if not hits:
+            raise BrbError(f"no contact matches {q!r}: see `brb status` or use a handle (+15551234567, a@b.com)")
+        if len(hits) > 1:
+            shown = ", ".join(sorted(r["display_name"] for r in rows if r["contact_id"] in hits)[:5])
+            raise BrbError(f"{q!r} matches {len(hits)} contacts ({shown}...): be more specific or use a handle")
+        out.append(hits[0])
+    return out

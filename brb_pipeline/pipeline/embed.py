@@ -1,0 +1,135 @@
+"""Per contact-batch stages: chunk the batch's messages, then embed the chunks to Parquet."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from brb_pipeline.core import metadata
+from brb_pipeline.core.chunking import CHUNK_SCHEMA, ChunkParams, chunk_messages
+from brb_pipeline.core.errors import StoreError
+from brb_pipeline.core.store import partition_path, write_partition
+from brb_pipeline.pipeline import paths
+from brb_pipeline.settings import Settings
+
+log = logging.getLogger("brb")
+
+EMBED_GROUP = 256  # chunks per embed() call: the unit of progress and cancellation
+
+
+def chunk_params(s: Settings, document_prefix: str = "") -> ChunkParams:
+    return ChunkParams(window=s.window, stride=s.stride, gap_s=s.conversation_gap_s, min_chars=s.min_chars,
+                       document_prefix=document_prefix)
+
+
+def batch_messages(s: Settings, batch: str) -> pl.DataFrame:
+    """The messages of one batch, read with predicate push-down from the staging Parquet."""
+    src = paths.messages(s)
+    if not src.exists():
+        raise StoreError(f"no parsed messages in {s.staging_dir}: run `brb ingest` first")
+    return pl.scan_parquet(src).filter(pl.col("batch") == batch).collect()
+
+
+def name_maps(s: Settings) -> tuple[dict[str, str], dict[str, str]]:
+    """(contact_id -> display name, handle -> display name) from brb.db."""
+    contacts = metadata.read_contacts(s.brb_db)
+    by_contact: dict[str, str] = {}
+    by_handle: dict[str, str] = {}
+    for r in contacts.iter_rows(named=True):
+        by_contact[r["contact_id"]] = r["display_name"]
+        if r.get("kind") == "direct":
+            for h in r.get("handles") or []:
+                by_handle[h] = r["display_name"]
+    return by_contact, by_handle
+
+
+def embed_keys(s: Settings, fingerprints: dict[str, str]) -> dict[str, str]:
+    """batch -> what its embeddings depend on: messages, contact names, model and chunking.
+
+    A batch whose key equals the one stored with its partition file needs no embedding.
+    """
+    contacts = metadata.read_contacts(s.brb_db)
+    members: dict[str, list[str]] = {}
+    for r in contacts.iter_rows(named=True):
+        members.setdefault(r.get("batch") or "", []).append(f"{r['contact_id']}={r['display_name']}")
+    settings_part = [s.embedding_model, str(s.max_tokens), str(s.window), str(s.stride),
+                     str(s.conversation_gap_s), str(s.min_chars)]
+    return {
+        b: hashlib.sha1("|".join([fp, *settings_part, *sorted(members.get(b, []))]).encode()).hexdigest()[:24]
+        for b, fp in fingerprints.items()
+    }
+
+
+def run_chunk(s: Settings, batch: str, document_prefix: str = "") -> dict[str, Any]:
+    """Chunk one batch into ``staging/chunked/batch=<key>.parquet``."""
+    t0 = time.perf_counter()
+    msgs = batch_messages(s, batch)
+    contact_names, sender_names = name_maps(s)
+    chunks = chunk_messages(msgs, batch=batch, contact_names=contact_names, sender_names=sender_names,
+                            params=chunk_params(s, document_prefix))
+    paths.atomic_write_parquet(chunks, paths.chunks(s, batch))
+    n = chunks.height
+    return {
+        "messages": msgs.height,
+        "contacts": msgs["contact_id"].n_unique() if msgs.height else 0,
+        "chunks": n,
+        "avg_chunk_chars": round(float(chunks["content"].str.len_chars().mean()), 1) if n else 0.0,
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+
+
+def run_embed(
+    s: Settings,
+    batch: str,
+    embedder: Any,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+    cancel: Callable[[], bool] | None = None,
+) -> dict[str, Any]:
+    """Embed one batch's chunks into its Parquet partition, unless nothing changed.
+
+    Skips the model entirely when the batch's messages, contact names, model and chunking
+    settings are what its existing partition file was made from.
+    """
+    from brb_pipeline.core.errors import CancelledError
+
+    t0 = time.perf_counter()
+    row = metadata.get_batch(s.brb_db, batch) or {}
+    key = embed_keys(s, {batch: row.get("fingerprint", "")})[batch]
+    out = partition_path(s.staging_dir, batch)
+    if row.get("embedded_fingerprint") == key and row.get("embedding_model") and out.exists():
+        if progress:
+            progress(1, 1)
+        return {"skipped": True, "reason": "unchanged since last embedding", "chunks": row.get("chunks") or 0,
+                "embedding_model": row.get("embedding_model"), "seconds": round(time.perf_counter() - t0, 3)}
+    src = paths.chunks(s, batch)
+    chunks = pl.read_parquet(src) if src.exists() else pl.DataFrame(schema=CHUNK_SCHEMA)
+    texts = chunks["embedding_text"].to_list()
+    parts = []
+    for i in range(0, len(texts), EMBED_GROUP):
+        if cancel and cancel():
+            raise CancelledError(f"cancelled while embedding {batch}; earlier batches and the store are intact")
+        parts.append(embedder.embed(texts[i:i + EMBED_GROUP]))
+        if progress:
+            progress(min(i + EMBED_GROUP, len(texts)), len(texts))
+    emb = np.concatenate(parts) if parts else np.zeros((0, embedder.dim), dtype=np.float32)
+    write_partition(s.staging_dir, batch, chunks, emb, embedder.model_id)
+    metadata.mark_embedded(s.brb_db, batch, key, embedder.model_id, chunks.height)
+    secs = time.perf_counter() - t0
+    if progress:
+        progress(1, 1)
+    return {
+        "skipped": False,
+        "chunks": chunks.height,
+        "dim": int(embedder.dim),
+        "embedding_model": embedder.model_id,
+        "seconds": round(secs, 3),
+        "chunks_per_s": round(chunks.height / secs, 1) if secs > 0 and chunks.height else 0.0,
+    }
+
