@@ -1,0 +1,256 @@
+"""Chunk store: Parquet partitions, one-transaction loads, model guard, deletes, connect errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from brb_pipeline.core import duck, index, store
+from brb_pipeline.core.errors import StoreError
+
+DIM = 16
+T0 = datetime(2024, 3, 1, 12, 0, tzinfo=timezone.utc)
+
+
+def make_chunks(batch: str, contact: str, n: int, *, texts: list[str] | None = None, chat: str | None = None) -> pl.DataFrame:
+    """A chunk frame shaped like the chunking stage's output (n rows for one contact/chat)."""
+    chat = chat or f"chat-{contact}"
+    texts = texts or [f"{contact} chunk number {i} about the weekend" for i in range(n)]
+    return pl.DataFrame(
+        {
+            "chunk_id": [f"{chat}:{i}" for i in range(n)],
+            "batch": [batch] * n,
+            "contact_id": [contact] * n,
+            "chat_id": [chat] * n,
+            "channel": ["imessage"] * n,
+            "conversation": [i // 4 for i in range(n)],
+            "position": list(range(n)),
+            "first_message_id": [f"{chat}-m{4 * i}" for i in range(n)],
+            "last_message_id": [f"{chat}-m{4 * i + 7}" for i in range(n)],
+            "start_ts": [T0 + timedelta(hours=i) for i in range(n)],
+            "end_ts": [T0 + timedelta(hours=i, minutes=20) for i in range(n)],
+            "message_count": [8] * n,
+            "content": texts,
+            "embedding_text": texts,
+        },
+        schema_overrides={
+            "conversation": pl.Int32, "position": pl.Int32, "message_count": pl.Int32,
+            "start_ts": pl.Datetime("us", "UTC"), "end_ts": pl.Datetime("us", "UTC"),
+        },
+    )  # fmt: skip
+
+
+def make_vectors(n: int, seed: int, dim: int = DIM) -> np.ndarray:
+    """(n, dim) float32 unit vectors, deterministic."""
+    v = np.random.default_rng(seed).standard_normal((n, dim)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def write(tmp: Path, batch: str, contact: str, n: int, *, seed: int = 0, model: str = "test@1", **kw) -> Path:
+    return store.write_partition(tmp / "staging", batch, make_chunks(batch, contact, n, **kw), make_vectors(n, seed), model)
+
+
+def test_chunk_arrow_schema_types():
+    s = store.chunk_arrow_schema(384)
+    assert s.field("embedding").type == pa.list_(pa.float32(), 384)
+    assert s.field("start_ts").type == pa.timestamp("us", tz="UTC")
+    assert s.field("position").type == pa.int32()
+    assert s.field("dim").type == pa.int32()
+    assert s.field("embedding_model").type == pa.string()
+
+
+def test_write_partition_roundtrip_and_atomic(tmp_path):
+    emb = make_vectors(5, 1)
+    p = store.write_partition(tmp_path, "batch-001", make_chunks("batch-001", "a", 5), emb, "m@abc")
+    assert p == tmp_path / "chunks" / "batch=batch-001.parquet"
+    assert [f.name for f in p.parent.iterdir()] == [p.name]  # no temp file left behind
+    t = pq.read_table(p)
+    assert t.schema.metadata[b"brb.embedding_model"] == b"m@abc"
+    assert t.num_rows == 5
+    back = np.stack(t.column("embedding").to_numpy(zero_copy_only=False))
+    np.testing.assert_array_equal(back, emb)
+    assert t.column("dim").to_pylist() == [DIM] * 5
+
+
+def test_write_empty_partition_is_valid(tmp_path):
+    p = store.write_partition(tmp_path, "batch-009", make_chunks("batch-009", "z", 0), np.zeros((0, DIM), np.float32), "m@1")
+    t = pq.read_table(p)
+    assert t.num_rows == 0 and t.schema.field("embedding").type == pa.list_(pa.float32(), DIM)
+
+
+@pytest.mark.parametrize(
+    ("batch", "n_rows", "emb_shape", "match"),
+    [
+        ("batch-001", 3, (2, DIM), "3 chunks but 2 embedding rows"),  # row mismatch
+        ("batch-001", 3, (3 * DIM,), "must be \\(n, dim\\)"),  # 1-D vectors
+        ("../evil", 3, (3, DIM), "not a safe partition name"),  # path traversal in the key
+    ],
+)
+def test_write_partition_rejects_bad_input(tmp_path, batch, n_rows, emb_shape, match):
+    with pytest.raises(ValueError, match=match):
+        store.write_partition(tmp_path, batch, make_chunks("batch-001", "a", n_rows), np.zeros(emb_shape, np.float32), "m")
+
+
+def test_load_rerun_replaces_rows_without_duplicates(tmp_path):
+    p1, p2 = write(tmp_path, "batch-001", "a", 10), write(tmp_path, "batch-002", "b", 7)
+    con = duck.connect(tmp_path / "brb.duckdb")
+    r = store.load_partitions(con, {"batch-001": p1, "batch-002": p2})
+    assert (r.inserted, r.deleted) == (17, 0)
+    r = store.load_partitions(con, {"batch-001": p1})  # rerun of one partition
+    assert (r.inserted, r.deleted) == (10, 10)
+    stats = store.store_stats(con)
+    assert stats["chunks"] == 17 and stats["batches"] == {"batch-001": 10, "batch-002": 7}
+    assert con.execute("SELECT count(*) = count(DISTINCT chunk_id) FROM chunks").fetchone()[0]
+    p1 = write(tmp_path, "batch-001", "a", 4)  # the partition shrank
+    store.load_partitions(con, {"batch-001": p1})
+    assert store.store_stats(con)["batches"] == {"batch-001": 4, "batch-002": 7}
+    r = store.load_partitions(con, {}, remove_batches=["batch-002"])
+    assert r.deleted == 7 and store.store_stats(con)["batches"] == {"batch-001": 4}
+    # Timestamps and ints survive with their types.
+    row = con.execute("SELECT start_ts, position, embedding_model FROM chunks ORDER BY position LIMIT 1").fetchone()
+    assert row == (T0, 0, "test@1")
+    con.close()
+
+
+def test_contact_moving_to_another_batch_is_not_duplicated(tmp_path):
+    con = duck.connect(tmp_path / "brb.duckdb")
+    store.load_partitions(con, {"batch-001": write(tmp_path, "batch-001", "a", 5)})
+    store.load_partitions(con, {"batch-002": write(tmp_path, "batch-002", "a", 5)})
+    assert store.store_stats(con)["batches"] == {"batch-002": 5}
+    con.close()
+
+
+def test_corrupt_partition_keeps_previous_rows(tmp_path):
+    con = duck.connect(tmp_path / "brb.duckdb")
+    store.load_partitions(con, {"batch-001": write(tmp_path, "batch-001", "a", 6)})
+    bad = write(tmp_path, "batch-001", "a", 9)
+    bad.write_bytes(bad.read_bytes()[: bad.stat().st_size // 2])  # truncated, e.g. disk full
+    with pytest.raises(StoreError, match="corrupt: rerun that partition"):
+        store.load_partitions(con, {"batch-001": bad})
+    assert store.store_stats(con)["chunks"] == 6
+    con.close()
+
+
+def test_failure_inside_the_transaction_rolls_back_rows_and_indexes(tmp_path):
+    con = duck.connect(tmp_path / "brb.duckdb")
+    store.load_partitions(con, {"batch-001": write(tmp_path, "batch-001", "a", 6)})
+    index.build_indexes(con)
+    # A footer that looks like ours over data that cannot be cast: the INSERT fails mid-load.
+    good = pq.read_table(write(tmp_path, "batch-002", "b", 3))
+    cols = {n: good.column(n) for n in good.schema.names}
+    cols["position"] = pa.array(["x", "y", "z"])
+    bad_table = pa.table(cols).replace_schema_metadata(good.schema.metadata)
+    bad = tmp_path / "staging" / "chunks" / "batch=batch-002.parquet"
+    pq.write_table(bad_table, bad)
+    with pytest.raises(StoreError, match="failed, previous chunks kept"):
+        store.load_partitions(con, {"batch-002": bad, "batch-001": write(tmp_path, "batch-001", "a", 2)})
+    assert store.store_stats(con)["batches"] == {"batch-001": 6}
+    status = index.index_status(con)
+    assert status["hnsw"]["present"] and status["fts"]["present"] and status["ready"]
+    con.close()
+
+
+def test_model_mismatch_refused_unless_replace_all(tmp_path):
+    con = duck.connect(tmp_path / "brb.duckdb")
+    store.load_partitions(con, {"batch-001": write(tmp_path, "batch-001", "a", 5, model="minilm@1")})
+    other = write(tmp_path, "batch-002", "b", 3, model="nomic@2")
+    with pytest.raises(StoreError, match="re-embed everything"):
+        store.load_partitions(con, {"batch-002": other})
+    assert store.store_stats(con)["models"] == {"minilm@1": 5}
+    # A different dimension is refused as well.
+    p768 = store.write_partition(tmp_path / "s2", "batch-003", make_chunks("batch-003", "c", 2), make_vectors(2, 0, 24), "minilm@1")
+    with pytest.raises(StoreError, match="24-d"):
+        store.load_partitions(con, {"batch-003": p768})
+    r = store.load_partitions(con, {"batch-002": other}, replace_all=True)
+    assert r.replaced_all and r.deleted == 5
+    stats = store.store_stats(con)
+    assert stats["models"] == {"nomic@2": 3} and stats["embedding_model"] == "nomic@2"
+    con.close()
+
+
+def test_mixed_models_among_partitions_refused(tmp_path):
+    con = duck.connect(tmp_path / "brb.duckdb")
+    a = write(tmp_path, "batch-001", "a", 2, model="m@1")
+    b = write(tmp_path, "batch-002", "b", 2, model="m@2")
+    with pytest.raises(StoreError, match="different models"):
+        store.load_partitions(con, {"batch-001": a, "batch-002": b})
+    con.close()
+
+
+def test_missing_partition_file(tmp_path):
+    con = duck.connect(None)
+    with pytest.raises(StoreError, match="missing"):
+        store.load_partitions(con, {"batch-001": tmp_path / "nope.parquet"})
+
+
+def test_delete_contacts_rebuilds_indexes_without_their_text(tmp_path):
+    con = duck.connect(tmp_path / "brb.duckdb")
+    a = write(tmp_path, "batch-001", "a", 4, texts=["zanzibar trip"] * 4)
+    b = write(tmp_path, "batch-001b", "b", 3, texts=["grocery list"] * 3)
+    store.load_partitions(con, {"batch-001": a, "batch-001b": b})
+    index.build_indexes(con)
+    assert store.delete_contacts(con, ["a"]) == 4
+    assert store.store_stats(con)["chunks"] == 3
+    status = index.index_status(con)
+    assert status["ready"] and status["hnsw"]["rows"] == 3
+    terms = {t for (t,) in con.execute("SELECT term FROM fts_main_chunks.dict").fetchall()}
+    assert "zanzibar" not in terms and "grocery" in terms
+    assert store.delete_batches(con, ["batch-001b"]) == 3
+    store.clear(con)
+    assert store.store_stats(con)["chunks"] == 0
+    con.close()
+
+
+def test_connect_loads_extensions_offline_and_reopens(tmp_path):
+    path = tmp_path / "brb.duckdb"
+    con = duck.connect(path)
+    loaded = {n for (n,) in con.execute("SELECT extension_name FROM duckdb_extensions() WHERE loaded").fetchall()}
+    assert {"vss", "fts"} <= loaded
+    assert con.execute("SELECT current_setting('autoinstall_known_extensions')").fetchone()[0] is False
+    store.load_partitions(con, {"batch-001": write(tmp_path, "batch-001", "a", 3)})
+    con.close()
+    ro = duck.connect(path, read_only=True)
+    assert store.store_stats(ro)["chunks"] == 3
+    ro.close()
+
+
+def test_connect_errors(tmp_path):
+    with pytest.raises(StoreError, match="no search store at .*run `brb ingest` first"):
+        duck.connect(tmp_path / "absent.duckdb", read_only=True)
+    junk = tmp_path / "junk.duckdb"
+    junk.write_bytes(b"this is not a database at all" * 200)
+    with pytest.raises(StoreError) as exc:
+        duck.connect(junk)
+    assert "\n" not in str(exc.value)
+
+
+def test_locked_store_gives_one_line_error(tmp_path):
+    path = tmp_path / "brb.duckdb"
+    holder = textwrap.dedent(
+        f"""
+        import sys, time
+        from brb_pipeline.core import duck
+        con = duck.connect(__import__("pathlib").Path({str(path)!r}))
+        print("ready", flush=True)
+        time.sleep(30)
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", holder], stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[1])
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        with pytest.raises(StoreError) as exc:
+            duck.connect(path)
+        msg = str(exc.value)
+        assert msg == f"brb.duckdb is in use by another brb process (pid {proc.pid}) — wait for it or stop it"
+    finally:
+        proc.kill()
+        proc.wait()
