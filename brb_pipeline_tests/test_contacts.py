@@ -268,3 +268,11 @@ def test_end_to_end_with_written_stores(tmp_path):
         ("c:+905321234567", "Ayşe Yılmaz", "addressbook"),
         ("g:whatsapp:1203@g.us", "Ayşe Yılmaz & Omar", "participants"),  # empty group subject: members
     ]
+
+
+def test_resolving_twice_replaces_contact_id():
+    msgs, chats = _one_chat_per_handle(["+15550102233"])
+    once = resolve_contacts(msgs, chats, [])
+    twice = resolve_contacts(once.messages, chats, [Person("AddressBook-v22.abcddb", 2, "Omar", ["+15550102233"], [])])
+    assert twice.messages.columns == once.messages.columns
+    assert twice.messages.get_column("contact_id").to_list() == ["c:+15550102233"]  # the new AddressBook wins

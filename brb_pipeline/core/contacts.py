@@ -231,6 +231,8 @@ def resolve_contacts(
         .alias("contact_id")
     )
 
+    if "contact_id" in messages.columns:  # re-resolving an already resolved frame
+        messages = messages.drop("contact_id")
     out_messages = messages.join(
         c.select("chat_id", "contact_id"), on="chat_id", how="left", maintain_order="left"
     ).with_columns(pl.col("contact_id").fill_null(UNKNOWN_CONTACT_ID))
