@@ -1,0 +1,185 @@
+"""Projection of chunk embeddings for the insights map: PCA to ~50 dims, then UMAP to 2-D and 3-D.
+
+PCA first removes most of the noise dimensions cheaply (and is what UMAP's neighbour search runs
+on, so it is ~8x less work than on 384/768 dims). UMAP then gives the 2-D layout the user sees
+and clusters on, and a 3-D layout for the 3-D view.
+
+Memory: a full corpus (~65K chunks) fits comfortably, but UMAP's fit cost grows with n. Above
+``sample`` rows UMAP is fitted on a seeded random sample and the remaining rows are placed with
+``UMAP.transform`` in blocks, so peak memory is bounded by the sample and one block.
+
+Determinism: with a fixed ``seed`` the same input gives bit-identical output in the same
+environment. umap-learn only guarantees that when ``random_state`` is set, which forces its
+numba code onto one thread (``n_jobs=1``). ``deterministic=False`` drops ``random_state`` and
+uses every core instead; layouts then differ run to run (cluster ids would churn on every
+re-materialization), so it is off by default. ``benchmarks/bench_insights.py`` measures both.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+# Rows placed per UMAP.transform call when n > sample (bounds the kNN query's memory).
+TRANSFORM_BLOCK = 8192
+# Below this many rows UMAP is not meaningful (spectral init and the kNN graph degenerate):
+# the layout is the leading PCA coordinates instead.
+MIN_UMAP_ROWS = 4
+
+
+@dataclass
+class Projection:
+    """Result of :func:`project`.
+
+    Attributes:
+        pca: (n, k) float32 PCA coordinates, k = min(pca_dim, n, dim).
+        xy: (n, 2) float32 UMAP 2-D layout (arbitrary units).
+        xyz: (n, 3) float32 UMAP 3-D layout (arbitrary units).
+        explained_variance: sum of the kept components' explained variance ratios, in [0, 1].
+        fitted_on: number of rows UMAP was fitted on (n, or the sample size when n > sample).
+        seconds: wall-clock seconds per step: "pca", "umap_2d", "umap_3d".
+        method: "umap", "umap-sampled" (fit on a sample, transform the rest), or "pca" (tiny n).
+    """
+
+    pca: np.ndarray
+    xy: np.ndarray
+    xyz: np.ndarray
+    explained_variance: float
+    fitted_on: int
+    seconds: dict[str, float] = field(default_factory=dict)
+    method: str = "umap"
+
+    @property
+    def n(self) -> int:
+        return int(self.xy.shape[0])
+
+
+def project(
+    embeddings: np.ndarray,
+    *,
+    pca_dim: int = 50,
+    n_neighbors: int = 15,
+    min_dist: float = 0.05,
+    sample: int = 20000,
+    seed: int = 42,
+    deterministic: bool = True,
+    transform_block: int = TRANSFORM_BLOCK,
+) -> Projection:
+    """Project embeddings to PCA space and to 2-D / 3-D UMAP layouts.
+
+    Args:
+        embeddings: (n, dim) float32, L2-normalized rows (dim 384 or 768).
+        pca_dim: PCA components kept; clamped to min(n, dim).
+        n_neighbors: UMAP neighbourhood size; clamped to n - 1 for small inputs.
+        min_dist: UMAP minimum distance between embedded points.
+        sample: largest number of rows UMAP is fitted on; beyond it a seeded sample is fitted
+            and the other rows are placed with ``transform`` in blocks of ``transform_block``.
+        seed: seeds PCA's randomized solver, the sample and UMAP.
+        deterministic: pass ``random_state`` to UMAP (single-threaded, reproducible). False
+            uses all cores and gives run-to-run different layouts.
+        transform_block: rows per ``UMAP.transform`` call.
+
+    Returns:
+        A :class:`Projection`; n = 0 gives empty (0, k) arrays, n <= 3 a PCA-based layout.
+    """
+    x = np.asarray(embeddings, dtype=np.float32)
+    if x.ndim != 2:
+        raise ValueError(f"Projection - embeddings must be 2-D (n, dim), got shape {x.shape}")
+    n, dim = x.shape
+    seconds: dict[str, float] = {}
+
+    t0 = time.perf_counter()
+    pca, explained = _pca(x, pca_dim, seed)
+    seconds["pca"] = time.perf_counter() - t0
+    log.info("Projection - PCA %d -> %d dims on %d chunks, explained variance %.3f",
+             dim, pca.shape[1], n, explained)
+
+    if n < MIN_UMAP_ROWS:
+        xy = _pad(pca, 2)
+        xyz = _pad(pca, 3)
+        seconds["umap_2d"] = seconds["umap_3d"] = 0.0
+        return Projection(pca, xy, xyz, explained, n, seconds, method="pca")
+
+    fit_idx = None
+    if n > sample:
+        rng = np.random.default_rng(seed)
+        fit_idx = np.sort(rng.choice(n, size=sample, replace=False))
+    fitted_on = n if fit_idx is None else int(fit_idx.size)
+
+    layouts = {}
+    for dims in (2, 3):
+        t0 = time.perf_counter()
+        layouts[dims] = _umap(pca, dims, n_neighbors, min_dist, seed, deterministic, fit_idx,
+                              transform_block)
+        seconds[f"umap_{dims}d"] = time.perf_counter() - t0
+        log.info("Projection - UMAP %d -> %d on %d chunks (fitted on %d) in %.1f s",
+                 pca.shape[1], dims, n, fitted_on, seconds[f"umap_{dims}d"])
+    method = "umap" if fit_idx is None else "umap-sampled"
+    return Projection(pca, layouts[2], layouts[3], explained, fitted_on, seconds, method=method)
+
+
+def _pca(x: np.ndarray, pca_dim: int, seed: int) -> tuple[np.ndarray, float]:
+    """PCA with the component count clamped for tiny inputs. Returns ((n, k) float32, ratio sum)."""
+    n, dim = x.shape
+    k = max(1, min(pca_dim, n, dim))
+    if n < 2:
+        # No variance to explain: centre the point (so it sits at the origin) and pad.
+        return np.zeros((n, k), dtype=np.float32), 0.0
+    from sklearn.decomposition import PCA
+
+    model = PCA(n_components=k, random_state=seed)
+    out = model.fit_transform(x).astype(np.float32, copy=False)
+    explained = float(np.nansum(model.explained_variance_ratio_))
+    return np.ascontiguousarray(out), explained
+
+
+def _pad(a: np.ndarray, dims: int) -> np.ndarray:
+    """First ``dims`` columns of ``a``, zero-padded when it has fewer. Returns (n, dims) float32."""
+    out = np.zeros((a.shape[0], dims), dtype=np.float32)
+    k = min(dims, a.shape[1])
+    out[:, :k] = a[:, :k]
+    return out
+
+
+def _umap(pca: np.ndarray, dims: int, n_neighbors: int, min_dist: float, seed: int,
+          deterministic: bool, fit_idx: np.ndarray | None, block: int) -> np.ndarray:
+    """Fit UMAP (on ``pca[fit_idx]`` when given) and return the (n, dims) float32 layout."""
+    import umap  # imported lazily: numba compilation costs seconds on first import
+
+    n = pca.shape[0]
+    n_fit = n if fit_idx is None else fit_idx.size
+    k = max(2, min(n_neighbors, n_fit - 1))
+    kwargs = dict(
+        n_components=dims,
+        n_neighbors=k,
+        min_dist=min_dist,
+        metric="euclidean",  # PCA of unit vectors: euclidean ~ cosine, and faster
+        # Spectral init needs a well-connected graph; tiny inputs fall back to random init.
+        init="spectral" if n_fit >= 3 * k else "random",
+        transform_seed=seed,
+        low_memory=True,
+    )
+    if deterministic:
+        kwargs["random_state"] = seed
+    else:
+        kwargs["n_jobs"] = -1
+    reducer = umap.UMAP(**kwargs)
+    with warnings.catch_warnings():
+        # "n_jobs value 1 overridden to 1 by setting random_state" and small-graph warnings.
+        warnings.simplefilter("ignore", UserWarning)
+        if fit_idx is None:
+            return np.asarray(reducer.fit_transform(pca), dtype=np.float32)
+        out = np.empty((n, dims), dtype=np.float32)
+        fitted = reducer.fit_transform(pca[fit_idx])
+        out[fit_idx] = fitted
+        rest = np.setdiff1d(np.arange(n), fit_idx, assume_unique=True)
+        for start in range(0, rest.size, block):
+            idx = rest[start:start + block]
+            out[idx] = reducer.transform(pca[idx])
+    return out
