@@ -1,0 +1,314 @@
+"""Cluster labels: c-TF-IDF on multilingual chat, the answer parser, the mlx-lm labeler on a
+tiny random-weight model built here, and the membership-keyed cache."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from brb_pipeline.core.labeling import (
+    NOISE_LABEL,
+    ClusterDocs,
+    ClusterLabel,
+    LabelCache,
+    MLXLMLabeler,
+    TfidfLabeler,
+    build_prompt,
+    label_clusters,
+    label_phrase,
+    membership_hash,
+    message_bodies,
+    parse_topic,
+    representatives,
+    tokenize,
+)
+
+
+def _chunk(lines: list[tuple[str, str]], header: bool = True) -> str:
+    body = [f"{who} ({9 + i % 12:02d}:{(7 * i) % 60:02d}): {text}" for i, (who, text) in
+            enumerate(lines)]
+    head = ["Conversation with Ayşe Yılmaz, 2024-03-01 09:00–10:00"] if header else []
+    return "\n".join(head + body)
+
+
+TRAVEL = [
+    [("Ayşe Yılmaz", "did you book the flights to Lisbon yet"), ("Me", "yes flights booked, airport at 6am lol")],
+    [("Me", "the airport shuttle leaves at 5"), ("Ayşe Yılmaz", "ok haha bring passports, flights are early")],
+    [("Ayşe Yılmaz", "hotel near the airport?"), ("Me", "yeah hotel booked, flights confirmed")],
+    [("Me", "passport renewal done for the flights"), ("Ayşe Yılmaz", "airport lounge then!")],
+]
+TURKISH = [
+    [("Mehmet", "akşam yemeği için mercimek çorbası yaptım"), ("Me", "tarifi gönderir misin, çorbası harika")],
+    [("Mehmet", "börek için yufka aldım, akşam yemeği bizde"), ("Me", "tamam geliyorum, mercimek çorbası da olsun")],
+    [("Me", "annemin börek tarifi çok güzel"), ("Mehmet", "yufka ve peynir lazım, tarifi at")],
+    [("Mehmet", "çorbası için mercimek ıslatılmalı mı"), ("Me", "evet, tarifi öyle diyor")],
+]
+FOOTBALL = [
+    [("Sam", "did you watch the match, that penalty was a joke"), ("Me", "referee was blind, penalty never")],
+    [("Me", "league table looks rough after that match"), ("Sam", "goalkeeper saved a penalty though")],
+    [("Sam", "tickets for the match on saturday"), ("Me", "stadium seats near the goalkeeper end")],
+    [("Me", "the referee gave another penalty"), ("Sam", "league is rigged haha")],
+]
+ARABIC = [
+    [("Omar", "مَرْحَبًا، هل رأيت مباراة كرة القدم"), ("Me", "نعم المباراة كانت رائعة")],
+    [("Omar", "المباراة غدا في الملعب"), ("Me", "سأشتري التذاكر للمباراة")],
+    [("Me", "الملعب مزدحم جدا"), ("Omar", "المباراة النهائية الأسبوع القادم")],
+]
+
+
+def _docs() -> list[ClusterDocs]:
+    groups = [TRAVEL, TURKISH, FOOTBALL, ARABIC]
+    docs = [ClusterDocs(i, [_chunk(c, header=(j % 2 == 0)) for j, c in enumerate(g)])
+            for i, g in enumerate(groups)]
+    for d in docs:
+        d.centroid_texts = d.texts[:2]
+    return docs
+
+
+# --- Cleaning and tokens --------------------------------------------------------------------
+
+
+def test_message_bodies_strip_header_prefixes_and_tags():
+    texts, senders = message_bodies(
+        "Conversation with Ayşe, 2024-01-02 10:00–11:00\n"
+        "Ayşe (19:38): see you tomorrow [attachment]\n"
+        "Me (19:40): ok  [♥ 👍]\n"
+        "check https://example.com/x now")
+    assert texts == ["see you tomorrow", "ok", "check now"]
+    assert senders == {"Ayşe", "Me"}
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("Flights to LISBON lol", ["flights", "lisbon"]),  # case folded, filler dropped
+        ("İSTANBUL'a gidiyoruz", ["istanbul", "gidiyoruz"]),  # dotted İ, apostrophe suffix
+        ("مَرْحَبًا بِكَ", ["مَرْحَبًا", "بِكَ"]),  # harakat kept inside the word
+        ("東京 trip 2024 x", ["東京", "trip"]),  # CJK run is a token; digits, 1-letter dropped
+    ],
+)
+def test_tokenize_is_unicode_aware(text, expected):
+    assert tokenize(text) == expected
+
+
+# --- c-TF-IDF -------------------------------------------------------------------------------
+
+
+def test_tfidf_labels_are_topical_and_multilingual():
+    labels = TfidfLabeler().label(_docs())
+    by_id = {lab.cluster_id: lab for lab in labels}
+    assert [lab.source for lab in labels] == ["tfidf"] * 4
+    assert {"flights", "airport"} <= set(by_id[0].terms[:4])
+    # The Turkish cluster is labelled with Turkish words.
+    assert set(by_id[1].terms[:5]) & {"mercimek", "çorbası", "tarifi", "börek", "yufka"}
+    assert {"penalty"} <= set(by_id[2].terms[:3])
+    assert any("المباراة" in t for t in by_id[3].terms[:3])
+    # Sender names, header words and filler never become terms.
+    all_terms = {t for lab in labels for term in lab.terms for t in term.split()}
+    assert not all_terms & {"ayşe", "yılmaz", "mehmet", "sam", "omar", "me", "conversation",
+                            "lol", "haha", "ok", "yeah"}
+    # Readable phrase from 2-3 terms, first capitalized.
+    assert by_id[0].label[0].isupper() and 2 <= len(by_id[0].label.split(" · ")) <= 3
+    assert TfidfLabeler().label(_docs()) == labels  # deterministic
+
+
+def test_tfidf_noise_empty_and_textless_clusters():
+    docs = [ClusterDocs(-1, ["Me (10:00): whatever"]), ClusterDocs(3, []),
+            ClusterDocs(4, ["Me (10:00): ok lol"])]
+    labels = TfidfLabeler().label(docs)
+    assert labels[0].label == NOISE_LABEL
+    assert labels[1].label == "Cluster 3" and labels[1].terms == []
+    assert labels[2].label == "Cluster 4"  # only filler words: no terms, a neutral label
+    assert TfidfLabeler().label([]) == []
+
+
+@pytest.mark.parametrize(
+    "terms, expected",
+    [
+        (["travel", "flights", "airport", "hotel"], "Travel · flights · airport"),
+        # A unigram already inside a chosen bigram is skipped.
+        (["birthday party", "birthday", "cake", "balloons"], "Birthday party · cake · balloons"),
+        (["çorbası"], "Çorbası"),
+        ([], ""),
+    ],
+)
+def test_label_phrase(terms, expected):
+    assert label_phrase(terms) == expected
+
+
+# --- Parser ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        ("Weekend hiking trips", "Weekend hiking trips"),  # a good answer passes through
+        ('Sure! The topic is: "Family dinner plans".', "Family dinner plans"),  # chatter+quotes
+        ("**Topic:** job interviews", "Job interviews"),  # markdown, lead-in, capitalized
+        ("Here is a 2-5 word topic: Moving house\nThese messages discuss...", "Moving house"),
+        ("<think>they talk about flats</think>\nApartment hunting", "Apartment hunting"),
+        ("Birthday party planning and", "Birthday party planning"),  # truncated mid-phrase
+        ("<think>the user wants a topic so I", None),  # truncated inside reasoning
+        ("", None),  # empty
+        ("   \n  ", None),  # whitespace only
+        ("the the the the", None),  # repeated tokens
+        ("w1 w1 w2", None),  # repeated debris
+        ("12 345 !!", None),  # no letters
+        ("<unk> <unk> <unk>", None),  # tokenizer debris
+        ("A very long answer that goes on and on about many things", None),  # too many words
+        ("Supercalifragilisticexpialidocious-and-more-words", None),  # one absurdly long word
+        ("رحلة إلى دبي", "رحلة إلى دبي"),  # non-Latin answers are fine
+    ],
+)
+def test_parse_topic(raw, expected):
+    assert parse_topic(raw) == expected
+
+
+# --- Representatives ------------------------------------------------------------------------
+
+
+def test_representatives_closest_then_diverse():
+    base = np.array([1.0, 0, 0])
+    rows = [base + [0, 0.01 * i, 0] for i in range(6)] + [[1, 0.6, 0], [1, 0, 0.6], [0, 1, 0]]
+    emb = np.asarray(rows, dtype=np.float32)
+    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    labels = np.array([2] * 8 + [5])
+    picks = representatives(emb, labels, 2, 4, seed=0)
+    assert len(picks) == 4 and len(set(picks.tolist())) == 4
+    assert 8 not in picks  # never outside the cluster
+    assert set(picks[:2].tolist()) <= set(range(6))  # typical members first
+    assert set(picks[2:].tolist()) == {6, 7}  # then the two outlying directions
+    assert np.array_equal(picks, representatives(emb, labels, 2, 4, seed=0))
+    assert sorted(representatives(emb, labels, 5, 4).tolist()) == [8]  # small cluster: all
+    assert representatives(emb, labels, 9, 4).size == 0
+
+
+# --- mlx-lm labeler on a tiny model built here ----------------------------------------------
+
+
+def _tiny_model(root: Path, chat_template: str | None) -> Path:
+    """A random-weight 1-layer llama (hidden 32, 2 heads) with a WordLevel tokenizer.
+
+    The vocabulary is numbers and punctuation, so whatever greedy decoding emits is junk a
+    parser must reject.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    from brb_pipeline.core.blas import ensure_fast_blas
+
+    ensure_fast_blas()
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+    from mlx_lm.models import llama
+
+    root.mkdir(parents=True)
+    words = ["<unk>", "<s>", "</s>"] + [str(i) for i in range(280)] + list("!?.,;:#@%&*()[]{}")
+    tok = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.decoder = decoders.WordPiece(prefix="##")  # joins tokens with spaces
+    tok.save(str(root / "tokenizer.json"))
+    cfg_tok = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>",
+               "eos_token": "</s>", "unk_token": "<unk>", "model_max_length": 512}
+    if chat_template:
+        cfg_tok["chat_template"] = chat_template
+    (root / "tokenizer_config.json").write_text(json.dumps(cfg_tok))
+    cfg = {"model_type": "llama", "hidden_size": 32, "num_hidden_layers": 1,
+           "num_attention_heads": 2, "num_key_value_heads": 2, "intermediate_size": 64,
+           "vocab_size": len(words), "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+           "tie_word_embeddings": False, "max_position_embeddings": 512,
+           "bos_token_id": 1, "eos_token_id": 2}
+    (root / "config.json").write_text(json.dumps(cfg))
+    mx.random.seed(0)
+    model = llama.Model(llama.ModelArgs.from_dict(cfg))
+    mx.save_safetensors(str(root / "model.safetensors"), dict(tree_flatten(model.parameters())))
+    return root
+
+
+TEMPLATE = ("{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+            "{% if add_generation_prompt %}assistant:{% endif %}")
+
+
+@pytest.mark.parametrize("template", [None, TEMPLATE], ids=["no-template", "chat-template"])
+def test_mlx_labeler_falls_back_on_junk(tmp_path, template):
+    path = _tiny_model(tmp_path / "tiny", template)
+    offline = TfidfLabeler()
+    labeler = MLXLMLabeler(path, offline, max_tokens=12, samples=2)
+    labeler.load()
+    docs = _docs()
+    prompt = build_prompt(labeler._tokenizer, docs[0], ["flights", "airport"])
+    assert "2-5 word topic" in prompt and "flights, airport" in prompt
+    assert ("assistant:" in prompt) == (template is not None)
+    assert prompt.endswith("Topic:") == (template is None)
+    assert "Ayşe Yılmaz (" not in prompt  # sender prefixes are stripped from excerpts
+    raw = labeler.generate(prompt)
+    assert isinstance(raw, str) and parse_topic(raw) is None  # numbers/punctuation: junk
+    labels = labeler.label(docs + [ClusterDocs(-1, ["Me (10:00): stray"])])
+    assert labeler.fallbacks == 4  # every real cluster fell back; noise is not asked
+    expected = offline.label(docs)
+    assert [lab.source for lab in labels[:4]] == ["llm-fallback"] * 4
+    assert [lab.label for lab in labels[:4]] == [lab.label for lab in expected]
+    assert labels[4].label == NOISE_LABEL
+
+
+def test_mlx_labeler_missing_model_is_a_clear_error(tmp_path):
+    labeler = MLXLMLabeler(tmp_path / "nope", TfidfLabeler())
+    with pytest.raises(FileNotFoundError, match="no local model at"):
+        labeler.label(_docs())
+
+
+# --- Cache ----------------------------------------------------------------------------------
+
+
+class CountingLabeler:
+    """The offline labeler, counting how many clusters it was asked about."""
+
+    source = "tfidf"
+
+    def __init__(self) -> None:
+        self.inner = TfidfLabeler()
+        self.asked = 0
+
+    def label(self, clusters):
+        self.asked += len(clusters)
+        return self.inner.label(clusters)
+
+
+def test_cache_hits_on_unchanged_membership(tmp_path):
+    docs = _docs()
+    members = {d.cluster_id: [f"{d.cluster_id}-{j}" for j in range(len(d.texts))] for d in docs}
+    cache_path = tmp_path / "labels.json"
+    first = CountingLabeler()
+    labels1, hits1 = label_clusters(first, docs, members, LabelCache(cache_path))
+    assert hits1 == 0 and first.asked == 4 and cache_path.is_file()
+
+    # Same memberships (ids renumbered, chunk order shuffled): all four from the cache.
+    renum = [ClusterDocs(d.cluster_id + 10, d.texts, d.centroid_texts) for d in docs]
+    members2 = {k + 10: list(reversed(v)) for k, v in members.items()}
+    second = CountingLabeler()
+    labels2, hits2 = label_clusters(second, renum, members2, LabelCache(cache_path))
+    assert hits2 == 4 and second.asked == 0
+    assert [lab.label for lab in labels2] == [lab.label for lab in labels1]
+    assert [lab.cluster_id for lab in labels2] == [10, 11, 12, 13]
+
+    # One cluster gains a chunk: only that one is re-labelled.
+    members2[10] = members2[10] + ["0-new"]
+    third = CountingLabeler()
+    _, hits3 = label_clusters(third, renum, members2, LabelCache(cache_path))
+    assert hits3 == 3 and third.asked == 4  # c-TF-IDF needs every cluster as contrast
+
+
+def test_cache_file_damaged_is_empty_and_hash_is_order_free(tmp_path):
+    bad = tmp_path / "labels.json"
+    bad.write_text("{not json")
+    cache = LabelCache(bad)
+    assert len(cache) == 0
+    cache.put("tfidf", membership_hash(["b", "a"]), ClusterLabel(1, "Travel", ["travel"], "tfidf"))
+    cache.save()
+    again = LabelCache(bad)
+    got = again.get("tfidf", membership_hash(["a", "b"]), 7)
+    assert got == ClusterLabel(7, "Travel", ["travel"], "tfidf")
+    assert again.get("llm:x", membership_hash(["a", "b"]), 7) is None  # other labeler kind
+    assert membership_hash(["a", "b"]) != membership_hash(["a", "b", "c"])
