@@ -83,10 +83,17 @@ def _register_trigger_functions(conn: sqlite3.Connection) -> None:
         conn.create_function(name, nargs, lambda *a: None)
 
 
-def apple_ddl() -> str:
-    """Apple's chat.db DDL minus ``sqlite_sequence`` (SQLite creates that one itself)."""
+def apple_ddl(part: str = "all") -> str:
+    """Apple's chat.db DDL minus ``sqlite_sequence`` (SQLite creates that one itself).
+
+    Args:
+        part: ``"all"``, ``"tables"`` (CREATE TABLE only) or ``"rest"`` (indexes and triggers).
+    """
     stmts = [s for s in SCHEMA_PATH.read_text().split(";\n\n") if s.strip()]
     keep = [s for s in stmts if "CREATE TABLE sqlite_sequence" not in s]
+    if part != "all":
+        tables = [s for s in keep if s.lstrip().startswith("CREATE TABLE")]
+        keep = tables if part == "tables" else [s for s in keep if s not in tables]
     return ";\n\n".join(keep) + ";\n"
 
 
@@ -101,6 +108,9 @@ class ChatDbBuilder:
             ``chat.db-wal`` while this builder is open (as when Messages is running).
         attributed_body_always: also store an ``attributedBody`` for messages whose text is in
             ``text`` (what recent macOS does); the blob is then redundant.
+        bulk: create Apple's indexes and triggers at :meth:`close` instead of up front (much
+            faster for big files; the columns the triggers maintain, ``cache_roomnames`` and
+            ``cache_has_attachments``, are written directly). The final schema is identical.
     """
 
     def __init__(
@@ -111,6 +121,7 @@ class ChatDbBuilder:
         date_unit: str = "ns",
         wal: bool = False,
         attributed_body_always: bool = False,
+        bulk: bool = False,
     ) -> None:
         self.path = Path(path)
         if self.path.exists():
@@ -126,7 +137,10 @@ class ChatDbBuilder:
         else:
             self.conn.execute("PRAGMA journal_mode=MEMORY")
             self.conn.execute("PRAGMA synchronous=OFF")
-        self.conn.executescript(LEGACY_DDL if legacy else apple_ddl())
+            self.conn.execute("PRAGMA cache_size=-131072")  # 128 MiB while building
+        self.bulk = bulk and not legacy
+        self.conn.executescript(LEGACY_DDL if legacy else apple_ddl("tables" if self.bulk else "all"))
+        self._room: dict[int, str] = {}
         self._cols = {
             t: [r[1] for r in self.conn.execute("SELECT * FROM pragma_table_info(?)", (t,))]
             for t in ("message", "handle", "chat", "attachment")
@@ -208,6 +222,8 @@ class ChatDbBuilder:
         )
         for h in handles:
             self._joins["chat_handle_join"].append((rid, h))
+        if style == STYLE_GROUP:
+            self._room[rid] = identifier
         return rid
 
     def add_message(
@@ -266,9 +282,12 @@ class ChatDbBuilder:
              "date_retracted": self._date(date_retracted),
              "associated_message_guid": associated_guid, "associated_message_type": associated_type,
              "associated_message_emoji": associated_emoji,
-             "cache_has_attachments": int(attachments > 0)}
+             "cache_has_attachments": int(attachments > 0), "cache_roomnames": None}
         )
         chats = [] if chat is None else ([chat] if isinstance(chat, int) else list(chat))
+        if self.bulk:  # what the after_insert_on_chat_message_join trigger would have written
+            rooms = [self._room[c] for c in chats if c in self._room]
+            self._rows["message"][-1]["cache_roomnames"] = ",".join(rooms) if rooms else None
         for c in chats:
             self._joins["chat_message_join"].append((c, rid, date))
         for _ in range(attachments):
@@ -358,6 +377,9 @@ class ChatDbBuilder:
     def close(self) -> Path:
         """Flush and close; returns the path."""
         self.flush()
+        if self.bulk:
+            self.conn.executescript(apple_ddl("rest"))
+            self.bulk = False
         self.conn.close()
         return self.path
 

@@ -1,0 +1,271 @@
+"""Consistent read-only copies of the sources, so every later stage works on a frozen snapshot.
+
+Each SQLite source is copied with SQLite's online backup API from a ``mode=ro`` connection: the
+copy is one consistent read transaction and includes content committed to ``-wal`` but not yet
+checkpointed (Messages keeps chat.db in WAL mode while it runs). Copies are written into a
+temporary folder inside ``dest_dir`` and swapped in with renames, so a failed or locked snapshot
+leaves the previous one intact. Nothing is ever written next to a source: the sources are opened
+read-only and ``dest_dir`` may not be inside a source folder.
+
+Layout of ``<dest_dir>/snapshot/``::
+
+    chat.db
+    AddressBook/AddressBook-v22.abcddb
+    AddressBook/Sources/<UUID>/AddressBook-v22.abcddb
+    ChatStorage.sqlite              (only when a WhatsApp path was given)
+    manifest.json                   (sizes, source fingerprints, seconds, warnings)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sqlite3
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from brb_pipeline.core.errors import NotADatabaseError, SourceMissingError, UnknownSchemaError
+from brb_pipeline.sources.sqlite_ro import open_readonly, translate_sqlite_error
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_DIRNAME = "snapshot"
+_OLD_DIRNAME = ".snapshot-old"
+_TMP_PREFIX = ".snapshot-tmp-"
+AB_FILENAME = "AddressBook-v22.abcddb"
+
+
+@dataclass
+class Snapshot:
+    """Where the copies are and what they were copied from.
+
+    Attributes:
+        root: the snapshot folder (``<dest_dir>/snapshot``).
+        chat_db: copy of chat.db, or None when no chat.db was asked for.
+        addressbook_dir: copied AddressBook tree (same relative layout), or None when none.
+        addressbook_files: every copied ``AddressBook-v22.abcddb``.
+        whatsapp_db: copy of ChatStorage.sqlite, or None unless a path was given.
+        sizes: bytes per copied file, keyed by its path relative to ``root``.
+        fingerprints: source fingerprints (:func:`source_fingerprint` style) keyed by
+            ``"chat_db"``, ``"addressbook"``, ``"whatsapp_db"``.
+        seconds: wall time of the whole snapshot, in seconds.
+        warnings: one-line, text-free warnings (e.g. AddressBook folder missing).
+        counts: ``addressbook_stores``, ``addressbook_missing``, ``addressbook_skipped``.
+    """
+
+    root: Path
+    chat_db: Path | None
+    addressbook_dir: Path | None
+    addressbook_files: list[Path]
+    whatsapp_db: Path | None
+    sizes: dict[str, int]
+    fingerprints: dict[str, str]
+    seconds: float
+    warnings: list[str] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def _stat_part(p: Path) -> str:
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        return "-"
+    return f"{st.st_size}:{st.st_mtime_ns}"
+
+
+def source_fingerprint(chat_db: Path) -> str:
+    """Cheap change marker of a SQLite source: size and mtime (ns) of the file, -wal and -shm.
+
+    Never opens the database. Returns ``"missing"`` when the file does not exist, so a sensor
+    can poll without raising.
+    """
+    p = Path(chat_db).expanduser()
+    if not p.exists():
+        return "missing"
+    return "|".join(_stat_part(Path(str(p) + suffix)) for suffix in ("", "-wal", "-shm"))
+
+
+def addressbook_stores(addressbook_dir: Path) -> list[Path]:
+    """Every ``AddressBook-v22.abcddb`` under the folder: the root one and ``Sources/*/``."""
+    d = Path(addressbook_dir)
+    found = []
+    if (d / AB_FILENAME).is_file():
+        found.append(d / AB_FILENAME)
+    sources = d / "Sources"
+    if sources.is_dir():
+        found.extend(sorted(p for p in sources.glob(f"*/{AB_FILENAME}") if p.is_file()))
+    return found
+
+
+def _backup(src: Path, dst: Path, what: str, timeout_s: float) -> int:
+    """Copy ``src`` to ``dst`` through the backup API from a read-only connection; returns bytes."""
+    conn = open_readonly(src, what=what, timeout_s=timeout_s)
+    try:
+        out = sqlite3.connect(dst)
+        try:
+            conn.backup(out)  # all pages in one step: one consistent read transaction
+            # A WAL-mode source yields a WAL-mode header; make the copy one self-contained file.
+            out.execute("PRAGMA journal_mode=DELETE")
+        finally:
+            out.close()
+    except sqlite3.Error as e:
+        raise translate_sqlite_error(e, what, src) from None
+    finally:
+        conn.close()
+    return dst.stat().st_size
+
+
+def _inside(child: Path, parent: Path) -> bool:
+    try:
+        child.resolve().relative_to(parent.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def _recover(dest_dir: Path) -> None:
+    """Finish or undo a swap interrupted by a crash; drop stale temp folders."""
+    final, old = dest_dir / SNAPSHOT_DIRNAME, dest_dir / _OLD_DIRNAME
+    if old.exists():
+        if final.exists():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(old, final)
+    for stale in dest_dir.glob(_TMP_PREFIX + "*"):
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def take_snapshot(
+    dest_dir: Path,
+    *,
+    chat_db: Path | None,
+    addressbook_dir: Path | None,
+    whatsapp_db: Path | None,
+    timeout_s: float = 5.0,
+) -> Snapshot:
+    """Copy the given sources into ``<dest_dir>/snapshot``, replacing the previous snapshot.
+
+    Only paths that are given are touched: the caller passes ``whatsapp_db=None`` unless the
+    user opted in to WhatsApp.
+
+    Args:
+        dest_dir: where snapshots live (e.g. ``~/.brb``); must not be inside a source folder.
+        chat_db: Apple Messages chat.db; None to skip iMessage.
+        addressbook_dir: ``~/Library/Application Support/AddressBook``; None or missing is a
+            counted warning (names stay unresolved), not an error.
+        whatsapp_db: WhatsApp's ChatStorage.sqlite, or None.
+        timeout_s: how long to wait on a source lock before giving up.
+
+    Returns:
+        The :class:`Snapshot` (paths point into ``<dest_dir>/snapshot``).
+
+    Raises:
+        SourceMissingError (chat.db or a given WhatsApp file missing), NotADatabaseError,
+        DatabaseLockedError, ValueError (dest_dir inside a source folder).
+    """
+    t0 = time.perf_counter()
+    dest_dir = Path(dest_dir).expanduser()
+    sources = [p for p in (chat_db, whatsapp_db) if p is not None]
+    src_dirs = [Path(p).expanduser().parent for p in sources]
+    if addressbook_dir is not None:
+        src_dirs.append(Path(addressbook_dir).expanduser())
+    for d in src_dirs:
+        if d.exists() and _inside(dest_dir, d):
+            raise ValueError(f"snapshot folder {dest_dir} is inside source folder {d}; choose another")
+    for p, what in ((chat_db, "chat.db"), (whatsapp_db, "WhatsApp ChatStorage.sqlite")):
+        if p is not None and not Path(p).expanduser().exists():
+            raise SourceMissingError(f"{what} not found at {Path(p).expanduser()}: check the path")
+
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    _recover(dest_dir)
+    tmp = Path(tempfile.mkdtemp(prefix=_TMP_PREFIX, dir=dest_dir))
+    sizes: dict[str, int] = {}
+    fingerprints: dict[str, str] = {}
+    warnings: list[str] = []
+    counts = {"addressbook_stores": 0, "addressbook_missing": 0, "addressbook_skipped": 0}
+    rel_ab: list[Path] = []
+    try:
+        if chat_db is not None:
+            src = Path(chat_db).expanduser()
+            fingerprints["chat_db"] = source_fingerprint(src)
+            sizes["chat.db"] = _backup(src, tmp / "chat.db", "chat.db", timeout_s)
+
+        stores = []
+        ab_root = Path(addressbook_dir).expanduser() if addressbook_dir is not None else None
+        if ab_root is None or not ab_root.is_dir():
+            counts["addressbook_missing"] = 1
+            where = "not configured" if ab_root is None else f"not found at {ab_root}"
+            warnings.append(f"Snapshot - AddressBook folder {where}: contact names stay unresolved")
+        else:
+            stores = addressbook_stores(ab_root)
+            if not stores:
+                counts["addressbook_missing"] = 1
+                warnings.append(
+                    f"Snapshot - no {AB_FILENAME} under {ab_root}: contact names stay unresolved"
+                )
+        fp = []
+        for store in stores:
+            rel = Path("AddressBook") / store.relative_to(ab_root)
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            try:
+                sizes[str(rel)] = _backup(store, tmp / rel, "AddressBook", timeout_s)
+            except (NotADatabaseError, UnknownSchemaError):
+                counts["addressbook_skipped"] += 1
+                warnings.append(f"Snapshot - skipped unreadable AddressBook store {store}")
+                (tmp / rel).unlink(missing_ok=True)
+                continue
+            fp.append(f"{store.relative_to(ab_root)}={source_fingerprint(store)}")
+            rel_ab.append(rel)
+        counts["addressbook_stores"] = len(rel_ab)
+        if fp:
+            fingerprints["addressbook"] = ";".join(fp)
+
+        if whatsapp_db is not None:
+            src = Path(whatsapp_db).expanduser()
+            fingerprints["whatsapp_db"] = source_fingerprint(src)
+            sizes["ChatStorage.sqlite"] = _backup(
+                src, tmp / "ChatStorage.sqlite", "WhatsApp ChatStorage.sqlite", timeout_s
+            )
+        seconds = time.perf_counter() - t0
+        manifest = {
+            "sizes": sizes,
+            "fingerprints": fingerprints,
+            "seconds": round(seconds, 3),
+            "warnings": warnings,
+            "counts": counts,
+            "created_unix": time.time(),
+        }
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+    final, old = dest_dir / SNAPSHOT_DIRNAME, dest_dir / _OLD_DIRNAME
+    if final.exists():
+        os.rename(final, old)
+    os.rename(tmp, final)
+    shutil.rmtree(old, ignore_errors=True)
+    seconds = time.perf_counter() - t0
+    log.info(
+        "Snapshot - chat.db %s, %d AddressBook stores, WhatsApp %s in %.2f s",
+        "copied" if chat_db is not None else "skipped",
+        len(rel_ab),
+        "copied" if whatsapp_db is not None else "off",
+        seconds,
+    )
+    return Snapshot(
+        root=final,
+        chat_db=final / "chat.db" if chat_db is not None else None,
+        addressbook_dir=final / "AddressBook" if rel_ab else None,
+        addressbook_files=[final / r for r in rel_ab],
+        whatsapp_db=final / "ChatStorage.sqlite" if whatsapp_db is not None else None,
+        sizes=sizes,
+        fingerprints=fingerprints,
+        seconds=seconds,
+        warnings=warnings,
+        counts=counts,
+    )

@@ -1,0 +1,34 @@
+"""Shared fixtures. Keep this small: each fixture builds real SQLite files in tmp dirs.
+
+* ``make_chatdb(name="chat.db", **kwargs)`` -> a :class:`ChatDbBuilder` writing
+  ``tmp_path/name`` (kwargs: ``legacy``, ``date_unit``, ``wal``, ``bulk``...). Call ``.close()``.
+* ``T0``: a fixed tz-aware UTC datetime to build messages around.
+* ``demo_archive_small`` (session scope): a 600-message demo archive with WhatsApp
+  (:class:`brb_pipeline.demo.generate.DemoArchive`), built once per test session (~2 s).
+  Treat it as read-only: other tests share it.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from brb_pipeline.demo.chatdb_writer import ChatDbBuilder
+
+T0 = datetime(2024, 3, 1, 12, 0, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def make_chatdb(tmp_path):
+    def make(name: str = "chat.db", **kwargs) -> ChatDbBuilder:
+        return ChatDbBuilder(tmp_path / name, **kwargs)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def demo_archive_small(tmp_path_factory):
+    from brb_pipeline.demo.generate import build_demo_archive
+
+    return build_demo_archive(tmp_path_factory.mktemp("demo_small"), messages=600, seed=7, whatsapp=True)
