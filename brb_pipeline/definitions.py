@@ -5,6 +5,8 @@ from __future__ import annotations
 import dagster as dg
 
 from brb_pipeline.assets import batches, ingest, insights, store
+from brb_pipeline.assets import automation
+from brb_pipeline.assets.checks import ALL_CHECKS
 from brb_pipeline.assets.groups import INGEST, INSIGHTS, PER_BATCH, STORE, contact_batches_partitions
 from brb_pipeline.assets.resources import BrbSettings, runtime_resource
 
@@ -14,6 +16,7 @@ ALL_ASSETS = [
     store.chunk_store, store.vector_index, store.text_index,
     insights.projection, insights.clusters, insights.cluster_labels, insights.insights_map,
 ]
+ALL_DEFS = [*ALL_ASSETS, *ALL_CHECKS]  # what in-process runs materialize
 
 ingest_job = dg.define_asset_job("ingest_job", selection=dg.AssetSelection.groups(INGEST),
                                  description="Snapshot the sources, parse, resolve contacts, register batches.")
@@ -28,8 +31,16 @@ def resources(home: str = "", runtime=None) -> dict:
     return {"brb": BrbSettings(home=home), "runtime": runtime_resource(runtime)}
 
 
+reingest_schedule = automation.reingest_schedule(ingest_job)
+source_change_sensor = automation.source_change_sensor(ingest_job)
+changed_batches_sensor = automation.batches_sensor(batch_job)
+finalize_sensor = automation.finalize_sensor(finalize_job)
+
 defs = dg.Definitions(
     assets=ALL_ASSETS,
+    asset_checks=ALL_CHECKS,
     jobs=[ingest_job, batch_job, finalize_job],
+    schedules=[reingest_schedule],
+    sensors=[source_change_sensor, changed_batches_sensor, finalize_sensor],
     resources=resources(),
 )

@@ -57,10 +57,10 @@ def instance_for(s: Settings) -> dg.DagsterInstance:
 
 def _materialize(assets_sel: dg.AssetSelection, s: Settings, runtime: Runtime, instance: dg.DagsterInstance,
                  partition_key: str | None = None) -> dg.ExecuteInProcessResult:
-    from brb_pipeline.definitions import ALL_ASSETS, resources
+    from brb_pipeline.definitions import ALL_DEFS, resources
 
     try:
-        return dg.materialize(ALL_ASSETS, selection=assets_sel, instance=instance, partition_key=partition_key,
+        return dg.materialize(ALL_DEFS, selection=assets_sel, instance=instance, partition_key=partition_key,
                               resources=resources(home=str(s.home), runtime=runtime),
                               tags={"brb/source": "cli"})
     except dg.DagsterExecutionStepExecutionError as e:

@@ -41,12 +41,10 @@ def load_store(s: Settings) -> tuple[pl.DataFrame, np.ndarray, int]:
             return pl.DataFrame(), np.zeros((0, 0), np.float32), 0
         tbl = con.execute(
             "SELECT chunk_id, contact_id, start_ts, content, embedding FROM chunks ORDER BY chunk_id"
-        ).arrow()
+        ).fetch_arrow_table()  # materialize before the next query on this connection
         gen = int(duck.get_meta(con, GENERATION, 0) or 0)
     finally:
         con.close()
-    if hasattr(tbl, "read_all"):
-        tbl = tbl.read_all()
     emb_col = tbl.column("embedding").combine_chunks()
     n = tbl.num_rows
     flat = emb_col.values.to_numpy(zero_copy_only=False) if n else np.zeros(0, np.float32)

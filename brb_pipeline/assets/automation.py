@@ -1,0 +1,76 @@
+"""Schedule and sensors: re-ingest on a cron (off by default) or when chat.db changes, then chain
+the changed batches and the finalize job, so the UI path is as incremental as `brb ingest`."""
+
+import dagster as dg
+
+from brb_pipeline.assets.groups import contact_batches_partitions
+from brb_pipeline.pipeline.incremental import pending_work
+from brb_pipeline.settings import Settings
+from brb_pipeline.sources.snapshot import source_fingerprint
+
+
+def _settings() -> Settings:
+    return Settings.load()
+
+
+def reingest_schedule(ingest_job) -> dg.ScheduleDefinition:
+    try:
+        cron = _settings().schedule_cron
+    except Exception:  # a broken config.json must not break loading the UI
+        cron = Settings.schedule_cron
+    return dg.ScheduleDefinition(
+        name="reingest_schedule", job=ingest_job, cron_schedule=cron,
+        default_status=dg.DefaultScheduleStatus.STOPPED,
+        description="Re-ingest on a schedule (off by default; cron from the schedule_cron setting).",
+    )
+
+
+def source_change_sensor(ingest_job) -> dg.SensorDefinition:
+    @dg.sensor(name="source_change_sensor", job=ingest_job, minimum_interval_seconds=60,
+               default_status=dg.DefaultSensorStatus.RUNNING,
+               description="Requests an ingestion when chat.db or its WAL (or an enabled WhatsApp store) changes.")
+    def _sensor(context: dg.SensorEvaluationContext):
+        s = _settings()
+        if not s.chat_db:
+            return dg.SkipReason("no chat.db configured: run `brb ingest --chat-db PATH` once")
+        parts = [source_fingerprint(s.chat_db)]
+        if s.whatsapp_enabled and s.whatsapp_db:
+            parts.append(source_fingerprint(s.whatsapp_db))
+        fp = "|".join(parts)
+        if context.cursor == fp:
+            return dg.SkipReason("sources unchanged")
+        context.update_cursor(fp)
+        return dg.RunRequest(run_key=fp, tags={"brb/trigger": "source_change"})
+
+    return _sensor
+
+
+def batches_sensor(batch_job) -> dg.SensorDefinition:
+    @dg.sensor(name="changed_batches_sensor", job=batch_job, minimum_interval_seconds=30,
+               default_status=dg.DefaultSensorStatus.RUNNING,
+               description="Runs the per-batch job for every contact batch whose messages changed.")
+    def _sensor(context: dg.SensorEvaluationContext):
+        s = _settings()
+        work = pending_work(s)
+        known = set(context.instance.get_dynamic_partitions(contact_batches_partitions.name))
+        todo = [b for b in work["to_embed"] if b in known]
+        if not todo:
+            return dg.SkipReason("every batch is embedded")
+        return [dg.RunRequest(run_key=f"{work['state']}:{b}", partition_key=b) for b in todo]
+
+    return _sensor
+
+
+def finalize_sensor(finalize_job) -> dg.SensorDefinition:
+    @dg.sensor(name="finalize_sensor", job=finalize_job, minimum_interval_seconds=30,
+               default_status=dg.DefaultSensorStatus.RUNNING,
+               description="Loads the store, rebuilds indexes and the map once all changed batches are embedded.")
+    def _sensor(context: dg.SensorEvaluationContext):
+        work = pending_work(_settings())
+        if work["to_embed"]:
+            return dg.SkipReason(f"{len(work['to_embed'])} batches still to embed")
+        if not work["to_load"]:
+            return dg.SkipReason("the store is up to date")
+        return dg.RunRequest(run_key=work["state"])
+
+    return _sensor

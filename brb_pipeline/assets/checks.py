@@ -1,0 +1,79 @@
+"""Asset checks: thin wrappers over ``core.checks`` with the severity a user would want.
+
+ERROR means the store is wrong (duplicates, broken vectors, mixed models, missing index);
+WARN means the result is usable but worth a look (undecodable messages, lots of noise).
+"""
+
+import dagster as dg
+
+from brb_pipeline.assets.ingest import parsed_messages
+from brb_pipeline.assets.insights import clusters
+from brb_pipeline.assets.store import chunk_store, text_index, vector_index
+from brb_pipeline.core import checks, duck, metadata
+from brb_pipeline.pipeline import paths
+
+
+def _result(ok: bool, details: dict, severity: dg.AssetCheckSeverity) -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(passed=ok, severity=severity, metadata=details)
+
+
+@dg.asset_check(asset=parsed_messages, required_resource_keys={"brb"},
+                description="At most 1% of messages have an attributedBody that decoded to nothing.")
+def undecodable_messages(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+    s = context.resources.brb.load()
+    return _result(*checks.undecodable_share(paths.parsed_messages(s)), dg.AssetCheckSeverity.WARN)
+
+
+def _store_check(context: dg.AssetCheckExecutionContext, fn, severity=dg.AssetCheckSeverity.ERROR):
+    s = context.resources.brb.load()
+    con = duck.connect(s.duckdb_path, read_only=True)
+    try:
+        return _result(*fn(s, con), severity)
+    finally:
+        con.close()
+
+
+@dg.asset_check(asset=chunk_store, required_resource_keys={"brb"},
+                description="No duplicate chunk ids; chunk count plausible for the message count.")
+def chunk_count_sanity(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+    def fn(s, con):
+        contacts = metadata.read_contacts(s.brb_db)
+        messages = int(contacts["messages"].sum()) if contacts.height else 0
+        return checks.chunk_count_sane(con, messages, s.stride)
+
+    return _store_check(context, fn)
+
+
+@dg.asset_check(asset=chunk_store, required_resource_keys={"brb"},
+                description="Every embedding is finite and unit-length (no NaN or zero vectors).")
+def vectors_are_valid(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+    return _store_check(context, lambda s, con: checks.vectors_valid(con))
+
+
+@dg.asset_check(asset=chunk_store, required_resource_keys={"brb"},
+                description="One embedding model across the whole store.")
+def single_embedding_model(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+    return _store_check(context, lambda s, con: checks.single_model(con))
+
+
+@dg.asset_check(asset=vector_index, required_resource_keys={"brb"},
+                description="The HNSW index exists and covers every stored chunk.")
+def hnsw_covers_store(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+    return _store_check(context, lambda s, con: checks.index_complete(con, "hnsw"))
+
+
+@dg.asset_check(asset=text_index, required_resource_keys={"brb"},
+                description="The BM25 index exists and covers every stored chunk.")
+def bm25_covers_store(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+    return _store_check(context, lambda s, con: checks.index_complete(con, "fts"))
+
+
+@dg.asset_check(asset=clusters, required_resource_keys={"brb"},
+                description="At most 35% of chunks stay unclustered after noise reassignment.")
+def cluster_noise_share(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+    s = context.resources.brb.load()
+    return _result(*checks.noise_share(s.staging_dir / "insights" / "clusters.parquet"), dg.AssetCheckSeverity.WARN)
+
+
+ALL_CHECKS = [undecodable_messages, chunk_count_sanity, vectors_are_valid, single_embedding_model,
+              hnsw_covers_store, bm25_covers_store, cluster_noise_share]
