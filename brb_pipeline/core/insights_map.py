@@ -1,0 +1,310 @@
+"""The insights map: offline interactive HTML (plotly, 2-D and 3-D), a PNG preview, a summary.
+
+Everything is local-first: plotly.js is embedded inline in each HTML file (no CDN, works with
+the network off), the PNG is drawn with matplotlib's Agg backend. Files are written to a
+temporary name and renamed into place, so a failed run keeps the previous map.
+
+Points are one row per chunk with columns ``x, y, z, cluster_id, label, contact, date, snippet``
+(``snippet`` is a short text the caller has already truncated). The HTML hover shows contact,
+date and snippet: the map is the user's own local file. :func:`summary_markdown`, which goes to
+Dagster metadata, carries labels, counts and dates only, never message text.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+log = logging.getLogger(__name__)
+
+POINT_COLUMNS = ("x", "y", "z", "cluster_id", "label", "contact", "date", "snippet")
+NOISE_COLOR = "#c8c8c8"
+# Tableau-20-like palette, cycled; noise is always light grey.
+PALETTE = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+    "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94",
+    "#f7b6d2", "#dbdb8d", "#9edae5", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173",
+)
+
+
+@dataclass
+class MapFiles:
+    """Paths of the written map files."""
+
+    html: Path
+    html_3d: Path
+    png: Path
+
+
+def as_points(points: pl.DataFrame | Mapping[str, Any]) -> pl.DataFrame:
+    """Validate and normalize the points table.
+
+    Args:
+        points: a polars DataFrame or a dict of equal-length columns with :data:`POINT_COLUMNS`
+            (``z`` optional: 0 when absent; ``date`` any type, shown as text).
+
+    Returns:
+        DataFrame with float64 x/y/z, int64 cluster_id, and string label/contact/date/snippet.
+    """
+    df = points if isinstance(points, pl.DataFrame) else pl.DataFrame(dict(points))
+    if "z" not in df.columns:
+        df = df.with_columns(pl.lit(0.0).alias("z"))
+    missing = [c for c in POINT_COLUMNS if c not in df.columns]
+    if missing:
+        raise ValueError(f"Insights map - points lack columns {missing}")
+    return df.select(
+        pl.col("x").cast(pl.Float64), pl.col("y").cast(pl.Float64), pl.col("z").cast(pl.Float64),
+        pl.col("cluster_id").cast(pl.Int64),
+        pl.col("label").cast(pl.Utf8).fill_null(""),
+        pl.col("contact").cast(pl.Utf8).fill_null(""),
+        pl.col("date").cast(pl.Utf8).fill_null(""),
+        pl.col("snippet").cast(pl.Utf8).fill_null(""),
+    )
+
+
+def cluster_summary(points: pl.DataFrame | Mapping[str, Any], *, top_contacts: int = 3
+                    ) -> pl.DataFrame:
+    """One row per cluster (noise last).
+
+    Args:
+        points: see :func:`as_points`.
+        top_contacts: how many most frequent contacts to list per cluster.
+
+    Returns:
+        DataFrame with cluster_id (int64), label, size (int), share (of all points, 0-1),
+        top_contacts (", "-joined names, most frequent first), first_date, last_date (text,
+        as given in ``date``), and x, y (the cluster's median position, for label placement);
+        sorted by size descending, ties by cluster_id, noise (-1) last.
+    """
+    df = as_points(points)
+    total = max(1, df.height)
+    if df.height == 0:
+        return pl.DataFrame(schema={"cluster_id": pl.Int64, "label": pl.Utf8, "size": pl.UInt32,
+                                    "share": pl.Float64, "top_contacts": pl.Utf8,
+                                    "first_date": pl.Utf8, "last_date": pl.Utf8,
+                                    "x": pl.Float64, "y": pl.Float64, "z": pl.Float64})
+    contacts = (
+        df.group_by("cluster_id", "contact").len()
+        .sort(["cluster_id", "len", "contact"], descending=[False, True, False])
+        .group_by("cluster_id", maintain_order=True)
+        .agg(pl.col("contact").head(top_contacts).str.join(", ").alias("top_contacts"))
+    )
+    dates = df.filter(pl.col("date") != "")
+    span = dates.group_by("cluster_id").agg(pl.col("date").min().alias("first_date"),
+                                            pl.col("date").max().alias("last_date"))
+    summ = (
+        df.group_by("cluster_id")
+        .agg(pl.col("label").mode().sort().first().alias("label"), pl.len().alias("size"),
+             pl.col("x").median(), pl.col("y").median(), pl.col("z").median())
+        .with_columns((pl.col("size") / total).alias("share"))
+        .join(contacts, on="cluster_id", how="left")
+        .join(span, on="cluster_id", how="left")
+        .with_columns((pl.col("cluster_id") < 0).alias("_noise"))
+        .sort(["_noise", "size", "cluster_id"], descending=[False, True, False])
+        .drop("_noise")
+    )
+    return summ.select("cluster_id", "label", "size", "share", "top_contacts", "first_date",
+                       "last_date", "x", "y", "z")
+
+
+def summary_markdown(df: pl.DataFrame, *, max_rows: int = 40, include_contacts: bool = False
+                     ) -> str:
+    """Markdown table of a :func:`cluster_summary` for Dagster metadata.
+
+    Contains cluster ids, labels, sizes, shares and date spans; never message text. Contact
+    names are left out unless ``include_contacts`` (Dagster's event log outlives a delete).
+
+    Args:
+        df: output of :func:`cluster_summary`.
+        max_rows: rows shown; the rest are summarized in one line.
+        include_contacts: add the top-contacts column.
+    """
+    head = ["Cluster", "Label", "Chunks", "Share", "First", "Last"]
+    if include_contacts:
+        head.append("Top contacts")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in df.head(max_rows).iter_rows(named=True):
+        cells = [str(row["cluster_id"]), _md(row["label"]), str(row["size"]),
+                 f"{100 * row['share']:.1f}%", _md(_day(row["first_date"])),
+                 _md(_day(row["last_date"]))]
+        if include_contacts:
+            cells.append(_md(row["top_contacts"] or ""))
+        lines.append("| " + " | ".join(cells) + " |")
+    if df.height > max_rows:
+        rest = df.slice(max_rows)
+        lines.append(f"\n{rest.height} more clusters, {int(rest['size'].sum())} chunks.")
+    return "\n".join(lines)
+
+
+def _md(text: str | None) -> str:
+    return (text or "").replace("|", "\\|").replace("\n", " ")
+
+
+def _day(text: str | None) -> str:
+    return (text or "")[:10]
+
+
+def _color(cluster_id: int) -> str:
+    return NOISE_COLOR if cluster_id < 0 else PALETTE[cluster_id % len(PALETTE)]
+
+
+def _trace_name(cluster_id: int, label: str, size: int) -> str:
+    return f"{html.escape(label)} ({size})" if cluster_id >= 0 else f"Unclustered ({size})"
+
+
+def _hover(df: pl.DataFrame) -> list[str]:
+    # Plotly renders a subset of HTML in hover text: escape user text so "<b>" stays literal.
+    out = []
+    for label, contact, date, snippet in zip(df["label"], df["contact"], df["date"],
+                                             df["snippet"]):
+        out.append(f"<b>{html.escape(label)}</b><br>{html.escape(contact)} · "
+                   f"{html.escape(date)}<br>{html.escape(snippet)}")
+    return out
+
+
+def figure_2d(df: pl.DataFrame, summary: pl.DataFrame, title: str) -> Any:
+    """Plotly 2-D figure: one WebGL trace per cluster (legend entry), labels at centres."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for row in summary.iter_rows(named=True):
+        part = df.filter(pl.col("cluster_id") == row["cluster_id"])
+        fig.add_trace(go.Scattergl(
+            x=part["x"].to_numpy(), y=part["y"].to_numpy(), mode="markers",
+            name=_trace_name(row["cluster_id"], row["label"], row["size"]),
+            marker={"size": 4 if df.height > 5000 else 6, "color": _color(row["cluster_id"]),
+                    "opacity": 0.5 if row["cluster_id"] < 0 else 0.8},
+            text=_hover(part), hovertemplate="%{text}<extra></extra>",
+        ))
+    for row in summary.filter(pl.col("cluster_id") >= 0).iter_rows(named=True):
+        fig.add_annotation(x=row["x"], y=row["y"], text=html.escape(row["label"]),
+                           showarrow=False, font={"size": 12, "color": "#111"},
+                           bgcolor="rgba(255,255,255,0.7)")
+    fig.update_layout(title=title, template="plotly_white", height=800,
+                      legend={"itemsizing": "constant", "title": {"text": "Clusters"}},
+                      xaxis={"visible": False}, yaxis={"visible": False, "scaleanchor": "x"})
+    return fig
+
+
+def figure_3d(df: pl.DataFrame, summary: pl.DataFrame, title: str) -> Any:
+    """Plotly 3-D figure: one trace per cluster, label text at each cluster's median point."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for row in summary.iter_rows(named=True):
+        part = df.filter(pl.col("cluster_id") == row["cluster_id"])
+        fig.add_trace(go.Scatter3d(
+            x=part["x"].to_numpy(), y=part["y"].to_numpy(), z=part["z"].to_numpy(),
+            mode="markers", name=_trace_name(row["cluster_id"], row["label"], row["size"]),
+            marker={"size": 2 if df.height > 5000 else 3, "color": _color(row["cluster_id"]),
+                    "opacity": 0.7},
+            text=_hover(part), hovertemplate="%{text}<extra></extra>",
+        ))
+    named = summary.filter(pl.col("cluster_id") >= 0)
+    if named.height:
+        fig.add_trace(go.Scatter3d(
+            x=named["x"].to_numpy(), y=named["y"].to_numpy(), z=named["z"].to_numpy(),
+            mode="text", text=[html.escape(s) for s in named["label"]], name="Labels",
+            hoverinfo="skip", textfont={"size": 11, "color": "#111"}))
+    fig.update_layout(title=f"{title} (3-D)", template="plotly_white", height=800,
+                      legend={"itemsizing": "constant"},
+                      scene={"xaxis": {"visible": False}, "yaxis": {"visible": False},
+                             "zaxis": {"visible": False}})
+    return fig
+
+
+def write_png(path: Path, df: pl.DataFrame, summary: pl.DataFrame, title: str) -> None:
+    """Static preview (matplotlib Agg): points coloured by cluster, labels at cluster centres."""
+    # The object-oriented Agg API: no pyplot global state, no display needed, thread-safe.
+    import matplotlib.patheffects as pe
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(10, 8), dpi=110)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    noise = df.filter(pl.col("cluster_id") < 0)
+    ax.scatter(noise["x"].to_numpy(), noise["y"].to_numpy(), s=2 if df.height > 5000 else 6,
+               c=NOISE_COLOR,
+               linewidths=0, rasterized=True)
+    clustered = df.filter(pl.col("cluster_id") >= 0)
+    colors = [_color(c) for c in clustered["cluster_id"]]
+    ax.scatter(clustered["x"].to_numpy(), clustered["y"].to_numpy(), s=3 if df.height > 5000
+               else 8, c=colors, linewidths=0, alpha=0.8, rasterized=True)
+    for row in summary.filter(pl.col("cluster_id") >= 0).head(40).iter_rows(named=True):
+        # "$" would start matplotlib mathtext ("$50 rent" fails to render): escape it.
+        ax.text(row["x"], row["y"], row["label"].replace("$", r"\$"), fontsize=8, ha="center", va="center",
+                path_effects=[pe.withStroke(linewidth=3, foreground="white")])
+    ax.set_title(title)
+    ax.set_axis_off()
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+
+
+def write_map(out_dir: Path, points: pl.DataFrame | Mapping[str, Any],
+              clusters: pl.DataFrame | None = None, *, title: str = "Conversation map",
+              stem: str = "map") -> MapFiles:
+    """Write ``<stem>.html`` (2-D), ``<stem>_3d.html`` and ``<stem>.png`` into ``out_dir``.
+
+    Each file is written to a temporary name in ``out_dir`` and renamed into place only when
+    all three rendered, so an exception leaves the previous map intact.
+
+    Args:
+        out_dir: destination directory (created).
+        points: see :func:`as_points`.
+        clusters: a :func:`cluster_summary` (computed from ``points`` when omitted).
+        title: figure title.
+        stem: file name stem.
+
+    Returns:
+        :class:`MapFiles` with the three paths.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    df = as_points(points)
+    summary = clusters if clusters is not None else cluster_summary(df)
+    files = MapFiles(out_dir / f"{stem}.html", out_dir / f"{stem}_3d.html",
+                     out_dir / f"{stem}.png")
+    tmps: list[tuple[Path, Path]] = []
+    try:
+        for target, render in (
+            (files.html, lambda p: _write_html(p, figure_2d(df, summary, title))),
+            (files.html_3d, lambda p: _write_html(p, figure_3d(df, summary, title))),
+            (files.png, lambda p: write_png(p, df, summary, title)),
+        ):
+            fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{target.name}.", suffix=".tmp")
+            os.close(fd)
+            tmps.append((Path(tmp), target))
+            render(Path(tmp))
+        for tmp, target in tmps:
+            os.replace(tmp, target)
+    finally:
+        for tmp, _ in tmps:
+            tmp.unlink(missing_ok=True)
+    log.info("Insights map - %d points, %d clusters written to %s", df.height,
+             int((summary["cluster_id"] >= 0).sum()) if summary.height else 0, out_dir)
+    return files
+
+
+def _write_html(path: Path, fig: Any) -> None:
+    # include_plotlyjs=True inlines plotly.js (~4.6 MB): the page works offline, no CDN.
+    fig.write_html(str(path), include_plotlyjs=True, full_html=True,
+                   config={"displaylogo": False, "responsive": True})
+
+
+def cluster_centres(xy: np.ndarray, labels: np.ndarray) -> dict[int, tuple[float, float]]:
+    """Median (x, y) per cluster id >= 0 of a (n, 2) layout (where its label is drawn)."""
+    out: dict[int, tuple[float, float]] = {}
+    for c in np.unique(labels[labels >= 0]).tolist():
+        pts = xy[labels == c]
+        out[int(c)] = (float(np.median(pts[:, 0])), float(np.median(pts[:, 1])))
+    return out
