@@ -67,6 +67,9 @@ CASES = [
     # no chat join -> orphan chat id, counted
     ({}, lambda b, h, c: b.add_message(None, h, "lost", ts=T0),
      {"chat_id": "imessage:orphan", "sender": E164}, {"orphans": 1}),
+    # chat join pointing at a chat row that is gone -> orphan too
+    ({}, lambda b, h, c: b.add_message(77, h, "chat gone", ts=T0),
+     {"chat_id": "imessage:orphan"}, {"orphans": 1}),
     # handle_id pointing at a vanished handle -> sender None, not from me, counted
     ({}, lambda b, h, c: b.add_message(c, 999, "ghost", ts=T0),
      {"sender": None, "is_from_me": False}, {"unknown_handle": 1}),

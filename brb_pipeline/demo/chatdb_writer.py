@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import random
 import sqlite3
 import uuid
 from collections.abc import Iterable, Sequence
@@ -108,6 +109,7 @@ class ChatDbBuilder:
             ``chat.db-wal`` while this builder is open (as when Messages is running).
         attributed_body_always: also store an ``attributedBody`` for messages whose text is in
             ``text`` (what recent macOS does); the blob is then redundant.
+        seed: make generated guids (messages, attachments) deterministic; None uses uuid4.
         bulk: create Apple's indexes and triggers at :meth:`close` instead of up front (much
             faster for big files; the columns the triggers maintain, ``cache_roomnames`` and
             ``cache_has_attachments``, are written directly). The final schema is identical.
@@ -122,6 +124,7 @@ class ChatDbBuilder:
         wal: bool = False,
         attributed_body_always: bool = False,
         bulk: bool = False,
+        seed: int | None = None,
     ) -> None:
         self.path = Path(path)
         if self.path.exists():
@@ -153,6 +156,7 @@ class ChatDbBuilder:
             "message_attachment_join": [],
         }
         self._encode = None
+        self._rng = random.Random(seed) if seed is not None else None
 
     # ---------------------------------------------------------------- helpers
 
@@ -167,6 +171,9 @@ class ChatDbBuilder:
         return self._encode(text)
 
     def new_guid(self) -> str:
+        """A new upper-case UUID string (deterministic when the builder has a seed)."""
+        if self._rng is not None:
+            return str(uuid.UUID(int=self._rng.getrandbits(128), version=4)).upper()
         return str(uuid.uuid4()).upper()
 
     # ---------------------------------------------------------------- rows

@@ -278,11 +278,10 @@ def _read(
                 stats["from_attributed_body"] += 1
             if flag & 2:
                 stats["edited"] += 1
-            if chat_rid is None:
+            chat = chat_ids.get(chat_rid) if chat_rid is not None else None
+            if chat is None:  # no join row, or a join to a chat row that is gone
                 chat = ORPHAN
                 stats["orphans"] += 1
-            else:
-                chat = chat_ids.get(chat_rid, ORPHAN)
             if me:
                 sender = None
             else:
