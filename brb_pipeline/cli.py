@@ -239,5 +239,107 @@ def ui(port, home):
                                 "-p", str(port)], env)
 
 
+def _parse_date(value: str | None, name: str):
+    from datetime import datetime, timezone
+
+    if not value:
+        return None
+    try:
+        d = datetime.fromisoformat(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a date like 2024-05-01 or 2024-05-01T18:00", param_hint=name)
+    return d if d.tzinfo else d.replace(tzinfo=timezone.utc)
+
+
+@main.command()
+@click.argument("query")
+@click.option("--contact", "contacts", multiple=True, help="Only this contact (name or handle); repeatable.")
+@click.option("--since", default=None, help="Only chunks from this date on (YYYY-MM-DD[THH:MM]).")
+@click.option("--until", default=None, help="Only chunks before this date.")
+@click.option("--mode", type=click.Choice(["hybrid", "vector", "lexical"]), default="hybrid", show_default=True)
+@click.option("-k", "k", type=click.IntRange(1, 200), default=10, show_default=True, help="Results to return.")
+@click.option("--channel", type=click.Choice(["imessage", "whatsapp"]), default=None)
+@click.option("--context", is_flag=True, help="Include the neighbouring chunks of each hit.")
+@click.option("--no-route", is_flag=True, help="Do not turn a contact named in the query into a filter.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@home_opt
+def search(query, contacts, since, until, mode, k, channel, context, no_route, as_json, home):
+    """Hybrid (BM25 + vector, fused by RRF) search over your conversations."""
+    from brb_pipeline.pipeline.query import run_search
+
+    s = _settings(home)
+    embedder = None
+    if mode != "lexical":
+        from brb_pipeline.core.embedding import load_embedder
+
+        embedder = load_embedder(s)
+    out = run_search(s, query, embedder=embedder, mode=mode, k=k, contacts=list(contacts) or None,
+                     since=_parse_date(since, "--since"), until=_parse_date(until, "--until"), channel=channel,
+                     route=not no_route, context=context)
+    if as_json:
+        click.echo(json.dumps(out, indent=2, ensure_ascii=False, default=str))
+        return
+    r = out["routing"]
+    if r["contact_ids"]:
+        click.echo(f"(searching {', '.join(r['matched'])}'s conversations for: {r['query']})")
+    for i, h in enumerate(out["hits"], 1):
+        click.echo(f"\n#{i}  {h['contact']}  {(h['start'] or '')[:16]}  score {h['scores']['fused']:.4f}")
+        click.echo(h["text"])
+    if not out["hits"]:
+        click.echo("no results")
+    click.echo(f"\n{len(out['hits'])} results in {out['latency_ms']:.0f} ms ({out['mode']})", err=True)
+
+
+@main.command("search-log")
+@click.option("--clear", is_flag=True, help="Delete the search log.")
+@click.option("-n", "limit", default=20, show_default=True)
+@home_opt
+def search_log(clear, limit, home):
+    """Show (or clear) the local log of searches: query, mode, model, results, latency."""
+    from brb_pipeline.core.searchlog import clear_log, read_log
+
+    s = _settings(home)
+    if clear:
+        click.echo(f"removed {clear_log(s.brb_db)} logged searches")
+        return
+    click.echo(json.dumps(read_log(s.brb_db, limit) if s.brb_db.exists() else [], indent=2, ensure_ascii=False))
+
+
+@main.command()
+@click.option("--contact", "contacts", multiple=True, required=True, help="Name or handle; repeatable.")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@home_opt
+def forget(contacts, yes, home):
+    """Remove a contact's data from every place brb keeps it, and skip them in future ingestions."""
+    from brb_pipeline.core.contacts_lookup import find_contacts
+    from brb_pipeline.pipeline.privacy import forget_contacts
+    from brb_pipeline.runner import wipe_derived_events
+
+    s = _settings(home)
+    if not s.brb_db.exists():
+        raise BrbError(f"nothing stored in {s.home}")
+    ids = find_contacts(s.brb_db, list(contacts), default_region=s.default_region)
+    if not yes:
+        click.confirm(f"Forget {len(ids)} contact(s) everywhere in {s.home}?", abort=True)
+    report = forget_contacts(s, ids)
+    report["dagster_events_wiped"] = wipe_derived_events(s)
+    click.echo(json.dumps(report, indent=2))
+    click.echo("brb: forgotten. The map is redrawn at the next `brb ingest`.", err=True)
+
+
+@main.command("delete-all")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@home_opt
+def delete_all_cmd(yes, home):
+    """Delete everything brb stored: databases, staging, snapshots, map, search log, Dagster runs."""
+    from brb_pipeline.pipeline.privacy import delete_all
+
+    s = _settings(home)
+    if not yes:
+        click.confirm(f"Delete everything under {s.home}?", abort=True)
+    removed = delete_all(s)
+    click.echo(f"brb: removed {len(removed)} items from {s.home}", err=True)
+
+
 if __name__ == "__main__":
     main()

@@ -182,3 +182,17 @@ def _embed_progress_factory(progress: Progress, todo: list[str]):
 
 def home_exists(s: Settings) -> bool:
     return Path(s.brb_db).exists()
+
+
+DERIVED_TEXT_ASSETS = ("cluster_labels", "insights_map", "clusters")
+
+
+def wipe_derived_events(s: Settings) -> int:
+    """Delete the event history of assets whose metadata is derived from message text
+    (cluster labels and the cluster table). Returns the number of asset keys wiped."""
+    if not (s.dagster_home / "dagster.yaml").exists():
+        return 0
+    instance = instance_for(s)
+    keys = [dg.AssetKey(k) for k in DERIVED_TEXT_ASSETS]
+    instance.wipe_assets(keys)
+    return len(keys)

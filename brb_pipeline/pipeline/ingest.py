@@ -20,6 +20,7 @@ from brb_pipeline.core.progress import Progress
 from brb_pipeline.core.records import CHAT_SCHEMA, MESSAGE_SCHEMA, ReadResult
 from brb_pipeline.core.stats import contact_stats
 from brb_pipeline.pipeline import paths
+from brb_pipeline.pipeline.privacy import forgotten_filter
 from brb_pipeline.settings import Settings
 from brb_pipeline.sources.addressbook import read_addressbook
 from brb_pipeline.sources.imessage import read_imessage
@@ -94,6 +95,7 @@ def run_parse(s: Settings, progress: Progress | None = None, cancel: Cancel | No
                                          cancel=cancel, progress=prog))
     msgs = pl.concat([r.messages for r in results], how="vertical") if results else pl.DataFrame(schema=MESSAGE_SCHEMA)
     chats = pl.concat([r.chats for r in results], how="vertical") if results else pl.DataFrame(schema=CHAT_SCHEMA)
+    msgs, chats, forgotten = forgotten_filter(s, msgs, chats)
     paths.atomic_write_parquet(msgs, paths.parsed_messages(s))
     paths.atomic_write_parquet(chats, paths.parsed_chats(s))
     stats: dict[str, int] = {}
@@ -115,6 +117,7 @@ def run_parse(s: Settings, progress: Progress | None = None, cancel: Cancel | No
         "last_ts": str(msgs["ts"].max()) if n else None,
     }
     meta.update({f"stat_{k}": v for k, v in sorted(stats.items())})
+    meta["forgotten_messages_skipped"] = forgotten
     return meta
 
 
