@@ -80,9 +80,11 @@ def batch_fingerprints(messages: pl.DataFrame) -> dict[str, str]:
         pl.col("contact_id"),
         pl.col("reactions"),  # list of structs (kind, sender, is_from_me, ts, emoji): hashed nested
     ).hash(**_SEEDS)
-    hashed = messages.select("batch", "message_id", row.alias("h")).sort(["batch", "message_id"])
+    # The batch's content is the multiset of its row hashes: sort the u64s (cheap) rather than
+    # the message_id strings, so row order never matters.
+    hashed = messages.select("batch", row.alias("h")).sort("h")
     out: dict[str, str] = {}
-    for (batch,), part in hashed.group_by(["batch"], maintain_order=True):
+    for (batch,), part in sorted(hashed.partition_by("batch", as_dict=True, maintain_order=True).items()):
         digest = hashlib.sha256(FINGERPRINT_VERSION)
         digest.update(part.get_column("h").to_numpy().astype("<u8", copy=False).tobytes())
         digest.update(np.uint64(part.height).tobytes())

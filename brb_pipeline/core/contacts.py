@@ -257,7 +257,12 @@ def resolve_contacts(
     )
     c = c.join(members, on="chat_id", how="left")
 
-    used = out_messages.group_by("contact_id").agg(pl.col("channel").unique().sort().alias("msg_channels"))
+    used = (
+        out_messages.group_by("contact_id", "channel")
+        .len()
+        .group_by("contact_id")
+        .agg(pl.col("channel").sort().alias("msg_channels"))
+    )
     per_chat = c.filter(pl.col("contact_id") != UNKNOWN_CONTACT_ID).with_columns(
         pl.when(pl.col("kind") == "group")
         .then(pl.col("participants"))

@@ -40,15 +40,30 @@ def contact_stats(messages: pl.DataFrame, *, max_response_gap_s: int = 12 * 3600
     if messages.height == 0:
         return pl.DataFrame(schema=STATS_SCHEMA)
     me = pl.col("is_from_me").fill_null(False)
-    df = messages.select("contact_id", "chat_id", "message_id", me.alias("is_from_me"), "ts").sort(
-        ["chat_id", "ts", "message_id"]
-    )
-    prev_me = pl.col("is_from_me").shift(1).over("chat_id")
-    gap_s = (pl.col("ts") - pl.col("ts").shift(1).over("chat_id")).dt.total_microseconds() / 1_000_000
-    is_reply = prev_me.is_not_null() & (prev_me != pl.col("is_from_me")) & (gap_s <= max_response_gap_s)
+    # Sort by time only (ties by id); ``over("chat_id")`` keeps that order inside each chat, which
+    # is ~50x cheaper than a sort on the chat_id string first.
+    # Window keys as integers (categorical codes) are cheaper to group than strings.
+    df = messages.select(
+        "contact_id",
+        pl.col("chat_id").cast(pl.Categorical).to_physical().alias("chat_id"),
+        "message_id",
+        me.alias("is_from_me"),
+        "ts",
+    ).sort(["ts", "message_id"])
+    # Materialize the two windows once; referencing a window expression several times in eager
+    # mode recomputes it each time.
     df = df.with_columns(
-        pl.when(is_reply & pl.col("is_from_me")).then(gap_s).alias("_me"),
-        pl.when(is_reply & ~pl.col("is_from_me")).then(gap_s).alias("_them"),
+        pl.col("is_from_me").shift(1).over("chat_id").alias("_prev_me"),
+        ((pl.col("ts") - pl.col("ts").shift(1).over("chat_id")).dt.total_microseconds() / 1_000_000).alias("_gap_s"),
+    )
+    is_reply = (
+        pl.col("_prev_me").is_not_null()
+        & (pl.col("_prev_me") != pl.col("is_from_me"))
+        & (pl.col("_gap_s") <= max_response_gap_s)
+    )
+    df = df.with_columns(is_reply.alias("_reply")).with_columns(
+        pl.when(pl.col("_reply") & pl.col("is_from_me")).then(pl.col("_gap_s")).alias("_me"),
+        pl.when(pl.col("_reply") & ~pl.col("is_from_me")).then(pl.col("_gap_s")).alias("_them"),
     )
     out = df.group_by("contact_id").agg(
         pl.len().alias("messages"),
