@@ -178,3 +178,27 @@ def test_empty_store(tmp_path):
     res = read_whatsapp(path)
     assert res.messages.height == 0 and res.messages.schema == MESSAGE_SCHEMA
     assert res.chats.height == 0 and res.chats.schema == CHAT_SCHEMA
+
+
+def test_reader_never_writes(store):
+    before = store.read_bytes()
+    read_whatsapp(store)
+    assert store.read_bytes() == before
+    assert not Path(str(store) + "-journal").exists() and not Path(str(store) + "-wal").exists()
+
+
+def test_wal_store_with_uncheckpointed_messages_is_read(store):
+    # WhatsApp keeps its store in WAL mode; a live writer may hold frames not yet checkpointed.
+    writer = sqlite3.connect(store, isolation_level=None)
+    writer.execute("PRAGMA journal_mode=WAL")
+    writer.execute("PRAGMA wal_autocheckpoint=0")
+    writer.execute(
+        "INSERT INTO ZWAMESSAGE (Z_PK, ZCHATSESSION, ZISFROMME, ZMESSAGEDATE, ZSTANZAID, ZTEXT, ZMESSAGETYPE)"
+        " VALUES (200, 1, 1, 731000000, 'WAL1', 'in the wal', 0)"
+    )
+    try:
+        assert Path(str(store) + "-wal").stat().st_size > 0
+        res = read_whatsapp(store)
+        assert "whatsapp:WAL1" in res.messages.get_column("message_id").to_list()
+    finally:
+        writer.close()
