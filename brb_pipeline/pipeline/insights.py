@@ -14,7 +14,7 @@ from brb_pipeline.core import duck, metadata
 from brb_pipeline.core.clustering import cluster, stable_cluster_ids
 from brb_pipeline.core.errors import StoreError
 from brb_pipeline.core.insights_map import cluster_summary, summary_markdown, write_map
-from brb_pipeline.core.labeling import ClusterDocs, LabelCache, TfidfLabeler, representatives
+from brb_pipeline.core.labeling import ClusterDocs, LabelCache, TfidfLabeler, label_clusters, representatives
 from brb_pipeline.core.projection import project
 from brb_pipeline.pipeline.paths import atomic_write_parquet
 from brb_pipeline.pipeline.store import GENERATION
@@ -128,34 +128,25 @@ def run_labels(s: Settings, labeler: Any | None = None) -> dict[str, Any]:
     labels = cl["cluster_id"].to_numpy() if cl.height else np.zeros(0, dtype=np.int64)
     contents = rows["content"].to_list() if rows.height else []
     ids = rows["chunk_id"].to_list() if rows.height else []
-    cache = LabelCache(_dir(s) / "label_cache.json")
     labeler = labeler or make_labeler(s)
-    todo, out = [], {}
+    docs, members = [], {}
     for cid in sorted({int(c) for c in labels if c >= 0}):
-        members = np.flatnonzero(labels == cid)
-        key = cache.key([ids[i] for i in members])
-        hit = cache.get(key)
-        if hit is not None:
-            out[cid] = hit
-            continue
+        idx = np.flatnonzero(labels == cid)
+        members[cid] = [ids[i] for i in idx]
         reps = representatives(emb, labels, cid, 8, s.seed)
-        todo.append((key, ClusterDocs(cid, [contents[i] for i in members], [contents[i] for i in reps])))
-    fresh = labeler.label([d for _, d in todo]) if todo else []
-    for (key, doc), lab in zip(todo, fresh):
-        cache.put(key, lab)
-        out[doc.cluster_id] = lab
-    cache.save()
+        docs.append(ClusterDocs(cid, [contents[i] for i in idx], [contents[i] for i in reps]))
+    out, hits = label_clusters(labeler, docs, members, LabelCache(_dir(s) / "label_cache.json")) if docs else ([], 0)
     table = pl.DataFrame({
-        "cluster_id": list(out.keys()),
-        "label": [lab.label for lab in out.values()],
-        "terms": [list(lab.terms) for lab in out.values()],
-        "label_source": [lab.source for lab in out.values()],
+        "cluster_id": [lab.cluster_id for lab in out],
+        "label": [lab.label for lab in out],
+        "terms": [list(lab.terms) for lab in out],
+        "label_source": [lab.source for lab in out],
     }, schema={"cluster_id": pl.Int64, "label": pl.Utf8, "terms": pl.List(pl.Utf8), "label_source": pl.Utf8})
     atomic_write_parquet(table, _dir(s) / "labels.parquet")
     return {
         "clusters": len(out),
-        "labelled_now": len(todo),
-        "from_cache": len(out) - len(todo),
+        "labelled_now": len(out) - hits,
+        "from_cache": hits,
         "labeler": type(labeler).__name__,
         "llm_fallbacks": int(getattr(labeler, "fallbacks", 0)),
         "seconds": round(time.perf_counter() - t0, 3),

@@ -1,0 +1,249 @@
+"""The whole graph in-process on a small demo archive: real SQLite, DuckDB and Dagster in tmp dirs.
+
+The embedder is the fast deterministic HashEmbedder (these tests are not about embedding);
+a counting wrapper shows which batches were embedded.
+"""
+
+import json
+import sqlite3
+from datetime import datetime, timedelta, timezone
+
+import dagster as dg
+import polars as pl
+import pytest
+
+from brb_pipeline.core import duck, metadata
+from brb_pipeline.core.embedding import HashEmbedder
+from brb_pipeline.core.records import UNKNOWN_CONTACT_ID
+from brb_pipeline.demo.chatdb_writer import _register_trigger_functions, apple_time
+from brb_pipeline.demo.generate import build_demo_archive
+from brb_pipeline.pipeline import paths
+from brb_pipeline.pipeline.query import run_search
+from brb_pipeline.runner import run_ingest
+from brb_pipeline.settings import Settings
+
+
+class CountingEmbedder(HashEmbedder):
+    """HashEmbedder that records how many texts it embedded."""
+
+    def __init__(self):
+        super().__init__(dim=64)
+        self.calls = 0
+        self.texts = 0
+
+    def embed(self, texts):
+        self.calls += 1
+        self.texts += len(texts)
+        return super().embed(texts)
+
+
+def _settings(home, archive, **kw):
+    return Settings.load(home, chat_db=archive.chat_db, addressbook_dir=archive.addressbook_dir,
+                         embedding_model="hash", hdbscan_min_cluster_size=8, umap_neighbors=10, **kw)
+
+
+@pytest.fixture(scope="module")
+def ingested(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pipeline")
+    archive = build_demo_archive(root / "archive", messages=1500, seed=11)
+    s = _settings(root / "home", archive)
+    emb = CountingEmbedder()
+    result = run_ingest(s, embedder=emb)
+    return s, archive, result, emb
+
+
+def _store_rows(s, where="TRUE", params=()):
+    con = duck.connect(s.duckdb_path, read_only=True)
+    try:
+        return con.execute(f"SELECT count(*) FROM chunks WHERE {where}", list(params)).fetchone()[0]
+    finally:
+        con.close()
+
+
+def test_first_ingest_fills_every_store(ingested):
+    s, archive, result, emb = ingested
+    contacts = metadata.read_contacts(s.brb_db)
+    assert result["messages"] == archive.counts["expected_messages"]
+    assert contacts.height > 10 and contacts["name_source"].eq("addressbook").sum() > 0
+    assert sorted(result["batches_processed"]) == sorted(b["batch"] for b in metadata.all_batches(s.brb_db))
+    assert result["chunks"] == _store_rows(s) > 0
+    assert emb.texts == result["chunks"]  # every chunk embedded exactly once
+    con = duck.connect(s.duckdb_path, read_only=True)
+    try:
+        from brb_pipeline.core.index import index_status
+
+        st = index_status(con)
+        assert st["ready"] and st["hnsw"]["rows"] == st["fts"]["rows"] == result["chunks"]
+    finally:
+        con.close()
+    assert (s.insights_dir / "map.html").stat().st_size > 10_000
+    assert metadata.count_clusters(s.brb_db) >= 1
+    run = metadata.last_run(s.brb_db)
+    assert run["status"] == "success" and run["messages"] == result["messages"]
+
+
+def test_top_contacts_batches_of_ten(ingested):
+    s, *_ = ingested
+    contacts = metadata.read_contacts(s.brb_db).sort("rank")
+    sizes = contacts.group_by("batch").len().sort("batch")["len"].to_list()
+    assert sizes[0] == 10  # the busiest ten contacts share the first batch
+    assert contacts["batch"][0] == "batch-000"
+
+
+def test_no_change_rerun_does_no_embedding(ingested):
+    s, _, first, _ = ingested
+    emb = CountingEmbedder()
+    again = run_ingest(s, embedder=emb, analyze=False)
+    assert again["batches_processed"] == []
+    assert emb.calls == 0
+    assert not again["store_changed"]
+    assert _store_rows(s) == first["chunks"]
+
+
+def test_contact_backfill_touches_one_partition_and_keeps_counts(ingested):
+    s, _, first, _ = ingested
+    contacts = metadata.read_contacts(s.brb_db).sort("rank")
+    target = contacts.row(3, named=True)
+    emb = CountingEmbedder()
+    res = run_ingest(s, embedder=emb, only_contacts=[target["contact_id"]], analyze=False)
+    assert res["batches_processed"] == [target["batch"]]
+    batch_chunks = _store_rows(s, "batch = ?", [target["batch"]])
+    assert emb.texts == batch_chunks > 0  # only that batch was embedded again
+    assert _store_rows(s) == first["chunks"]  # a rerun partition replaces, never duplicates
+    con = duck.connect(s.duckdb_path, read_only=True)
+    try:
+        assert con.execute("SELECT count(*) - count(DISTINCT chunk_id) FROM chunks").fetchone()[0] == 0
+    finally:
+        con.close()
+
+
+def test_search_finds_and_routes(ingested):
+    s, *_ = ingested
+    emb = HashEmbedder(dim=64)
+    out = run_search(s, "movies", embedder=emb, k=5)
+    assert len(out["hits"]) == 5 and out["hits"][0]["text"]
+    top = metadata.read_contacts(s.brb_db).sort("rank").row(0, named=True)
+    first = top["display_name"].split()[0]
+    routed = run_search(s, f"what did {top['display_name']} say about movies", embedder=emb, k=3)
+    assert routed["routing"]["contact_ids"] == [top["contact_id"]]
+    assert routed["hits"] and all(h["contact_id"] == top["contact_id"] for h in routed["hits"])
+    assert first  # the routed query no longer names the contact
+    assert top["display_name"] not in routed["routing"]["query"]
+
+
+def _append_messages(chat_db, chat_guid, texts, start):
+    """Append messages to an existing chat in a demo chat.db (as Messages would)."""
+    con = sqlite3.connect(chat_db)
+    _register_trigger_functions(con)
+    chat_rowid, = con.execute("SELECT ROWID FROM chat WHERE guid = ?", (chat_guid,)).fetchone()
+    handle_id, = con.execute("SELECT handle_id FROM chat_handle_join WHERE chat_id = ? LIMIT 1", (chat_rowid,)).fetchone()
+    for i, text in enumerate(texts):
+        ts = apple_time(start + timedelta(minutes=i))
+        cur = con.execute(
+            "INSERT INTO message (guid, text, handle_id, date, is_from_me, service) VALUES (?, ?, ?, ?, ?, 'iMessage')",
+            (f"APPENDED-{chat_guid}-{i}", text, handle_id, ts, i % 2))
+        con.execute("INSERT INTO chat_message_join (chat_id, message_id, message_date) VALUES (?, ?, ?)",
+                    (chat_rowid, cur.lastrowid, ts))
+    con.commit()
+    con.close()
+
+
+def test_incremental_new_messages_reembed_only_their_batch(tmp_path):
+    archive = build_demo_archive(tmp_path / "archive", messages=800, seed=5)
+    s = _settings(tmp_path / "home", archive)
+    run_ingest(s, embedder=CountingEmbedder(), analyze=False)
+    contacts = metadata.read_contacts(s.brb_db).sort("rank")
+    target = contacts.filter(pl.col("kind") == "direct").row(2, named=True)
+    msgs = pl.read_parquet(paths.messages(s)).filter(pl.col("contact_id") == target["contact_id"])
+    chat_guid = msgs["chat_id"][0].split(":", 1)[1]
+    words = ["zanzibar snorkeling itinerary"] * 3 + ["booked the ferry to stone town"] * 3
+    _append_messages(archive.chat_db, chat_guid, words, datetime(2019, 1, 5, 10, tzinfo=timezone.utc))
+    emb = CountingEmbedder()
+    res = run_ingest(s, embedder=emb, analyze=False)
+    assert res["batches_processed"] == [target["batch"]]
+    assert emb.calls > 0
+    hits = run_search(s, "zanzibar ferry", embedder=HashEmbedder(dim=64), mode="lexical", k=3)["hits"]
+    assert hits and hits[0]["contact_id"] == target["contact_id"]
+
+
+def test_forget_removes_contact_everywhere_and_stays_forgotten(tmp_path):
+    from brb_pipeline.core.searchlog import read_log
+    from brb_pipeline.pipeline.privacy import forget_contacts
+
+    archive = build_demo_archive(tmp_path / "archive", messages=800, seed=9)
+    s = _settings(tmp_path / "home", archive)
+    run_ingest(s, embedder=CountingEmbedder())
+    contacts = metadata.read_contacts(s.brb_db).sort("rank")
+    gone, kept = contacts.row(1, named=True), contacts.row(0, named=True)
+    run_search(s, "hello", embedder=HashEmbedder(dim=64), contacts=[gone["contact_id"]], k=3)
+    run_search(s, "hello", embedder=HashEmbedder(dim=64), contacts=[kept["contact_id"]], k=3)
+    kept_rows = _store_rows(s, "contact_id = ?", [kept["contact_id"]])
+    forget_contacts(s, [gone["contact_id"]])
+
+    # raw storage, read directly
+    con = sqlite3.connect(s.brb_db)
+    assert con.execute("SELECT count(*) FROM contacts WHERE contact_id = ?", (gone["contact_id"],)).fetchone()[0] == 0
+    con.close()
+    assert _store_rows(s, "contact_id = ?", [gone["contact_id"]]) == 0
+    assert _store_rows(s, "contact_id = ?", [kept["contact_id"]]) == kept_rows  # unrelated data untouched
+    for p in (s.staging_dir).rglob("*.parquet"):
+        df = pl.read_parquet(p)
+        if "contact_id" in df.columns:
+            assert gone["contact_id"] not in df["contact_id"].to_list(), p
+        if "sender" in df.columns:
+            assert not set(gone["handles"]) & set(df["sender"].drop_nulls().to_list()), p
+    assert not s.snapshot_dir.exists()
+    assert not (s.insights_dir / "map.html").exists()
+    logged = read_log(s.brb_db, 50)
+    assert logged and all(gone["contact_id"] not in json.dumps(r) for r in logged)
+    # a later ingestion from the unchanged source does not bring them back
+    run_ingest(s, embedder=CountingEmbedder(), analyze=False)
+    assert gone["contact_id"] not in metadata.read_contacts(s.brb_db)["contact_id"].to_list()
+    assert _store_rows(s, "contact_id = ?", [gone["contact_id"]]) == 0
+
+
+def test_delete_all_leaves_nothing(tmp_path):
+    from brb_pipeline.pipeline.privacy import delete_all
+
+    archive = build_demo_archive(tmp_path / "archive", messages=300, seed=3)
+    s = _settings(tmp_path / "home", archive)
+    run_ingest(s, embedder=CountingEmbedder(), analyze=False)
+    assert s.brb_db.exists() and s.duckdb_path.exists()
+    delete_all(s)
+    assert list(s.home.iterdir()) == []
+    assert archive.chat_db.exists()  # the source is never touched
+
+
+def test_sensors(ingested, tmp_path):
+    from brb_pipeline.assets import automation
+    from brb_pipeline.definitions import defs
+
+    s, archive, *_ = ingested
+    sensor = defs.get_sensor_def("source_change_sensor")
+    with dg.instance_for_test() as instance:
+        import os
+
+        old = os.environ.get("BRB_HOME")
+        os.environ["BRB_HOME"] = str(s.home)
+        try:
+            first = sensor(dg.build_sensor_context(instance=instance))
+            assert isinstance(first, dg.RunRequest)
+            again = sensor(dg.build_sensor_context(instance=instance, cursor=first.run_key))
+            assert isinstance(again, dg.SkipReason)
+            fin = defs.get_sensor_def("finalize_sensor")(dg.build_sensor_context(instance=instance))
+            assert isinstance(fin, dg.SkipReason)  # everything is loaded already
+        finally:
+            if old is None:
+                os.environ.pop("BRB_HOME", None)
+            else:
+                os.environ["BRB_HOME"] = old
+    assert automation.reingest_schedule  # the schedule factory exists
+    sched = defs.get_schedule_def("reingest_schedule")
+    assert sched.default_status == dg.DefaultScheduleStatus.STOPPED
+
+
+def test_unknown_bucket_and_orphans_counted(ingested):
+    s, archive, *_ = ingested
+    contacts = metadata.read_contacts(s.brb_db)
+    if archive.counts.get("orphans", 0):
+        assert UNKNOWN_CONTACT_ID in contacts["contact_id"].to_list()
