@@ -31,7 +31,6 @@ import logging
 import random
 import shutil
 import time
-import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -130,7 +129,9 @@ def _corpus() -> tuple[tuple[str, tuple[tuple[datetime, str, str], ...]], ...]:
 
 
 def _guid(rng: random.Random) -> str:
-    return str(uuid.UUID(int=rng.getrandbits(128), version=4)).upper()
+    """A deterministic upper-case UUID-4-shaped guid, like Messages writes."""
+    h = f"{rng.getrandbits(128):032X}"
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{h[16:20]}-{h[20:]}"
 
 
 @dataclass(eq=False)
@@ -196,7 +197,8 @@ class _Gen:
         """Pick conversations until ``n`` messages; returns (contact, messages, me key)."""
         picked = []
         total = 0
-        pending_one_turn = []
+        pending_one_turn: list[tuple[int, _Contact | None]] = []
+        last_contact: _Contact | None = None
         for _key, msgs in _corpus():
             if self.n is not None and total >= self.n:
                 break
@@ -205,19 +207,19 @@ class _Gen:
             me = msgs[0][1]
             other = next((s for _, s, _ in msgs if s != me), None)
             if other is None:
-                pending_one_turn.append(len(picked))
+                pending_one_turn.append((len(picked), last_contact))
                 picked.append([None, msgs, me])
             else:
                 contact = self.contacts.get(other) or self._new_contact(other)
+                last_contact = contact
                 picked.append([contact, msgs, me])
             total += len(msgs)
         known = [c for c, _, _ in picked if c is not None]
         if not known:  # tiny n and only unanswered openers: invent one contact
             known = [self._new_contact("demo-contact-0")]
-        for i in pending_one_turn:
+        for i, prior in pending_one_turn:
             # Unanswered opener: to someone already in the archive (the one most recently seen).
-            prior = [c for c, _, _ in picked[:i] if c is not None]
-            picked[i][0] = prior[-1] if prior and self.rng.random() < 0.7 else self.rng.choice(known)
+            picked[i][0] = prior if prior is not None and self.rng.random() < 0.7 else self.rng.choice(known)
         self.counts["corpus_messages"] = total
         self.counts["conversations"] = len(picked)
         return [tuple(p) for p in picked]

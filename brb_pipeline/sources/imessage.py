@@ -245,7 +245,10 @@ def _read(
             if flag & 1:
                 if tap_info is None:
                     tap_info = {r[0]: r[1:] for r in conn.execute(tap_sql, (first, last))}
-                atype, aguid, aemoji = tap_info[rowid]
+                info = tap_info.get(rowid)
+                if info is None:  # changed between the two queries (live file): read it next time
+                    continue
+                atype, aguid, aemoji = info
                 if me:
                     sender = None
                 else:
