@@ -48,7 +48,9 @@ def normalize_handle(raw: str | None, default_region: str = "US") -> str | None:
         num = phonenumbers.parse(s, None if s.startswith("+") else default_region)
     except phonenumbers.NumberParseException:
         return s
-    if not phonenumbers.is_possible_number(num):
+    # IS_POSSIBLE_LOCAL_ONLY (a US number without its area code, say) is not a full E.164 number:
+    # keep it as typed rather than invent a wrong international form.
+    if phonenumbers.is_possible_number_with_reason(num) != phonenumbers.ValidationResult.IS_POSSIBLE:
         return s
     return phonenumbers.format_number(num, phonenumbers.PhoneNumberFormat.E164)
 
