@@ -287,3 +287,25 @@ def test_locked_database_fails_fast(make_chatdb):
     finally:
         holder.execute("ROLLBACK")
         holder.close()
+
+
+def test_lock_taken_mid_read_becomes_one_line_error(make_chatdb):
+    b = make_chatdb()
+    h = b.add_handle(PHONE)
+    c = b.add_chat([h])
+    for i in range(6):
+        b.add_message(c, h, f"m{i}", ts=T0)
+    path = b.close()
+    holder = sqlite3.connect(path, isolation_level=None)
+
+    def progress(done, total):
+        if done == 2:  # after the first chunk, another process takes an exclusive lock
+            holder.execute("BEGIN EXCLUSIVE")
+
+    try:
+        with pytest.raises(DatabaseLockedError, match="locked by another process") as e:
+            read_imessage(path, chunk_rows=2, progress=progress, timeout_s=0.2)
+        assert "\n" not in str(e.value)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()

@@ -261,7 +261,10 @@ def _read(
             if text:
                 src = "text"
             elif blob is not None:
-                text = decode(blob)
+                try:
+                    text = decode(blob)
+                except Exception:  # one bad blob must not stop the read; it is counted below
+                    text = None
                 if text:
                     src = "attributed_body"
                 else:
