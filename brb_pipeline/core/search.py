@@ -136,21 +136,28 @@ def lexical_sql(where: str = "TRUE") -> str:
 
 
 def _store_state(con: duckdb.DuckDBPyConnection) -> tuple[bool, bool, bool, int | None]:
-    """(chunks table, HNSW index, FTS index, embedding dim) in one catalog query."""
+    """(chunks table, HNSW index, FTS index, embedding dim) from two cheap catalog reads (~1 ms;
+    ``duckdb_columns()`` alone costs more, so the dim comes from ``meta``)."""
     row = con.execute(
-        "SELECT "
-        " (SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
-        "   AND schema_name = 'main' AND table_name = 'chunks'),"
-        " (SELECT count(*) FROM duckdb_indexes() WHERE database_name = current_database() "
-        "   AND index_name = ?),"
-        " (SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
-        "   AND schema_name = ? AND table_name IN ('docs', 'dict', 'terms', 'stats')),"
-        " (SELECT any_value(data_type) FROM duckdb_columns() WHERE database_name = current_database() "
-        "   AND schema_name = 'main' AND table_name = 'chunks' AND column_name = 'embedding')",
-        [HNSW_INDEX, FTS_SCHEMA],
+        "SELECT count(*) FILTER (WHERE schema_name = 'main' AND table_name = 'chunks'),"
+        " count(*) FILTER (WHERE schema_name = ? AND table_name IN ('docs', 'dict', 'terms', 'stats')),"
+        " count(*) FILTER (WHERE schema_name = 'main' AND table_name = 'meta'),"
+        " (SELECT count(*) FROM duckdb_indexes() WHERE database_name = current_database() AND index_name = ?)"
+        " FROM duckdb_tables() WHERE database_name = current_database()",
+        [FTS_SCHEMA, HNSW_INDEX],
     ).fetchone()
-    dim = int(row[3].split("[")[1].rstrip("]")) if row[3] else None
-    return bool(row[0]), bool(row[1]), row[2] == 4, dim
+    has_chunks, fts_tables, has_meta, has_hnsw = row
+    dim = None
+    if has_chunks and has_meta:
+        got = con.execute("SELECT value FROM meta WHERE key = 'dim'").fetchone()
+        dim = int(got[0]) if got else None
+    if has_chunks and dim is None:
+        typ = con.execute(
+            "SELECT any_value(data_type) FROM duckdb_columns() WHERE database_name = current_database() "
+            "AND schema_name = 'main' AND table_name = 'chunks' AND column_name = 'embedding'"
+        ).fetchone()[0]
+        dim = int(typ.split("[")[1].rstrip("]"))
+    return bool(has_chunks), bool(has_hnsw), fts_tables == 4, dim
 
 
 def _missing_index() -> StoreError:
