@@ -50,7 +50,10 @@ REBUILD_HINT = "run `brb ingest` (or `brb reindex`) to rebuild it"
 _PHONE_RE = re.compile(r"\+?\d(?:[ \-.()/]{0,2}\d){6,}")
 _NON_DIGIT_RE = re.compile(r"\D")
 # Hiragana, katakana, CJK unified ideographs (+ext A, compat) and Hangul syllables.
-_CJK_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]{2,}")
+_CJK_CLASS = "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]"
+_CJK_RE = re.compile(_CJK_CLASS + "{2,}")
+#: Cheap pre-filter (valid for Python re and Rust regex/polars): texts that may need extras.
+LEXICAL_EXTRA_CANDIDATE = r"\d[ \-.()/]{0,2}\d[ \-.()/]{0,2}\d|" + _CJK_CLASS + "{2}"
 
 
 @dataclass

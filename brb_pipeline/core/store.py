@@ -117,11 +117,7 @@ def write_partition(
     if missing:
         raise ValueError(f"chunk frame lacks columns {missing}")
     schema = chunk_arrow_schema(dim)
-    frame = chunks.select(CHUNK_COLUMNS).with_columns(
-        pl.col("content").map_elements(index_mod.lexical_extra, return_dtype=pl.Utf8).alias("lexical_extra")
-        if n
-        else pl.lit("", dtype=pl.Utf8).alias("lexical_extra")
-    )
+    frame = chunks.select(CHUNK_COLUMNS).with_columns(pl.Series("lexical_extra", _lexical_extras(chunks["content"])))
     base = frame.to_arrow()
     arrays = [base.column(name).cast(schema.field(name).type) for name in schema.names[:15]]
     # Zero-copy: the float buffer of the fixed-size list is the numpy array itself.
@@ -140,6 +136,16 @@ def write_partition(
         tmp.unlink(missing_ok=True)
     log.info("Saving - %d chunks of %s to %s", n, batch, path.name)
     return path
+
+
+def _lexical_extras(content: pl.Series) -> list[str]:
+    """:func:`index.lexical_extra` per row; Python runs only on rows a vectorized regex flags."""
+    out = [""] * len(content)
+    if len(content):
+        flagged = content.str.contains(index_mod.LEXICAL_EXTRA_CANDIDATE).fill_null(False)
+        for i in flagged.arg_true().to_list():
+            out[i] = index_mod.lexical_extra(content[i])
+    return out
 
 
 @dataclass
