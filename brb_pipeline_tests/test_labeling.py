@@ -131,6 +131,9 @@ def test_tfidf_noise_empty_and_textless_clusters():
         (["travel", "flights", "airport", "hotel"], "Travel · flights · airport"),
         # A unigram already inside a chosen bigram is skipped.
         (["birthday party", "birthday", "cake", "balloons"], "Birthday party · cake · balloons"),
+        # A bigram of two chosen unigrams replaces them; the freed slot is filled.
+        (["tarifi", "çorbası", "mercimek", "akşam", "mercimek çorbası"],
+         "Tarifi · mercimek çorbası · akşam"),
         (["çorbası"], "Çorbası"),
         ([], ""),
     ],
@@ -312,3 +315,12 @@ def test_cache_file_damaged_is_empty_and_hash_is_order_free(tmp_path):
     assert got == ClusterLabel(7, "Travel", ["travel"], "tfidf")
     assert again.get("llm:x", membership_hash(["a", "b"]), 7) is None  # other labeler kind
     assert membership_hash(["a", "b"]) != membership_hash(["a", "b", "c"])
+
+
+def test_make_labeler_follows_settings(tmp_path):
+    from brb_pipeline.core.labeling import make_labeler
+    from brb_pipeline.settings import Settings
+
+    assert isinstance(make_labeler(Settings(home=tmp_path)), TfidfLabeler)
+    llm = make_labeler(Settings(home=tmp_path, labeler_model_path=tmp_path / "m", seed=7))
+    assert isinstance(llm, MLXLMLabeler) and llm.model_path == tmp_path / "m" and llm.seed == 7

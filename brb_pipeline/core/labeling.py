@@ -268,17 +268,30 @@ def _top_terms(row: np.ndarray, vocab: np.ndarray, n: int) -> list[str]:
 def label_phrase(terms: Sequence[str], k: int = 3) -> str:
     """Short readable label from ranked terms: "Travel · flights · airport".
 
-    A term already contained in a chosen bigram (or containing a chosen unigram) is skipped so
-    the label does not repeat itself ("birthday party · birthday" -> "Birthday party · cake").
+    A bigram whose words are both already chosen replaces them, in the place of the first one
+    ("tarifi, çorbası, mercimek, ..., mercimek çorbası" -> "Tarifi · mercimek çorbası · ...");
+    a term overlapping a chosen term otherwise is skipped so the label does not repeat itself
+    ("birthday party · birthday" -> "Birthday party · cake").
     """
     chosen: list[str] = []
     for term in terms:
-        words = set(term.split())
-        if any(words & set(c.split()) for c in chosen):
+        words = term.split()
+        chosen_words = {c: i for i, c in enumerate(chosen) if " " not in c}  # unigram -> slot
+        if len(words) > 1 and all(w in chosen_words for w in words):
+            first = min(chosen_words[w] for w in words)
+            chosen = [term if i == first else c for i, c in enumerate(chosen)
+                      if i == first or c not in words]
+            continue
+        if len(chosen) >= k or any(set(words) & set(c.split()) for c in chosen):
             continue
         chosen.append(term)
-        if len(chosen) == k:
-            break
+    if len(chosen) < k:  # a merge freed a slot: fill it from the ranking
+        for term in terms:
+            if len(chosen) >= k:
+                break
+            if term not in chosen and not any(set(term.split()) & set(c.split())
+                                              for c in chosen):
+                chosen.append(term)
     if not chosen:
         return ""
     first = chosen[0]
@@ -482,6 +495,8 @@ class MLXLMLabeler:
             ensure_fast_blas()  # before the first mlx import, or MLX keeps its slow BLAS
         except ImportError:
             pass
+        # Local-first: a local directory never needs the hub; make sure nothing tries.
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
         import mlx.core as mx
         from mlx_lm import load
 
@@ -524,6 +539,18 @@ class MLXLMLabeler:
         log.info("Labeling - model labels for %d clusters, %d fell back to c-TF-IDF",
                  len(out), self.fallbacks)
         return out
+
+
+def make_labeler(settings: object) -> Labeler:
+    """The configured labeler: mlx-lm when ``settings.labeler_model_path`` is set, else c-TF-IDF.
+
+    The model is loaded lazily, on the first ``label`` call.
+    """
+    path = getattr(settings, "labeler_model_path", None)
+    offline = TfidfLabeler()
+    if path:
+        return MLXLMLabeler(Path(path), offline, seed=int(getattr(settings, "seed", 42)))
+    return offline
 
 
 # --- Cache ----------------------------------------------------------------------------------
