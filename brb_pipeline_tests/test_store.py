@@ -224,13 +224,16 @@ def test_connect_loads_extensions_offline_and_reopens(tmp_path):
 
 
 def test_connect_errors(tmp_path):
+    con = duck.connect(tmp_path / "new" / "home" / "brb.duckdb")  # a fresh home is created
+    con.close()
+    assert (tmp_path / "new" / "home" / "brb.duckdb").exists()
     with pytest.raises(StoreError, match="no search store at .*run `brb ingest` first"):
         duck.connect(tmp_path / "absent.duckdb", read_only=True)
     junk = tmp_path / "junk.duckdb"
     junk.write_bytes(b"this is not a database at all" * 200)
     with pytest.raises(StoreError) as exc:
         duck.connect(junk)
-    assert "\n" not in str(exc.value)
+    assert str(exc.value) == f"{junk} is not a DuckDB database: move it away and run `brb ingest`"
 
 
 def test_locked_store_gives_one_line_error(tmp_path):

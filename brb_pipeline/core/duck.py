@@ -84,6 +84,8 @@ def connect(path: Path | None, *, read_only: bool = False) -> duckdb.DuckDBPyCon
             path = Path(path)
             if read_only and not path.exists():
                 raise StoreError(f"no search store at {path}: run `brb ingest` first")
+            if not read_only:
+                path.parent.mkdir(parents=True, exist_ok=True)
             _attach(con, path, read_only=read_only)
     except BaseException:
         con.close()
