@@ -151,6 +151,7 @@ class _Gen:
     def __init__(self, dest: Path, n: int | None, seed: int) -> None:
         self.dest = dest
         self.n = n
+        self.seed = seed
         self.rng = random.Random(seed)
         self.contacts: dict[str, _Contact] = {}
         self.used_numbers: set[str] = set()
@@ -199,7 +200,12 @@ class _Gen:
         total = 0
         pending_one_turn: list[tuple[int, _Contact | None]] = []
         last_contact: _Contact | None = None
-        for _key, msgs in _corpus():
+        corpus = list(_corpus())
+        if self.n is not None:
+            # A partial archive samples conversations across the corpus' whole time span (Apr-Nov
+            # 2018) rather than its first days; they are put back in time order below.
+            random.Random(self.seed).shuffle(corpus)
+        for _key, msgs in corpus:
             if self.n is not None and total >= self.n:
                 break
             if self.n is not None and total + len(msgs) > self.n:
@@ -220,6 +226,7 @@ class _Gen:
         for i, prior in pending_one_turn:
             # Unanswered opener: to someone already in the archive (the one most recently seen).
             picked[i][0] = prior if prior is not None and self.rng.random() < 0.7 else self.rng.choice(known)
+        picked.sort(key=lambda p: (p[1][0][0], p[2]))  # a real chat.db grows in time order
         self.counts["corpus_messages"] = total
         self.counts["conversations"] = len(picked)
         return [tuple(p) for p in picked]
@@ -430,9 +437,9 @@ class _Gen:
         root_people: list[PersonRecord] = []
         source_people: list[PersonRecord] = []
         named: list[tuple[_Contact, PersonRecord]] = []
-        for c in contacts:
-            if r.random() >= 0.8:
-                continue  # ~20 % stay unnamed (only the handle is known)
+        for i, c in enumerate(contacts):
+            if i % 5 == 4:
+                continue  # every fifth contact stays unnamed (only the handle is known): 80 % named
             loc = N.LOCALE_BY_CC.get(c.cc) or r.choice(N.US_LOCALES)
             first, last = r.choice(N.FIRST[loc]), r.choice(N.LAST[loc])
             org = nick = None
