@@ -5,11 +5,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 import numpy as np
+import polars as pl
 import pytest
 
 from brb_pipeline.core import duck, index, store
 from brb_pipeline.core.errors import StoreError
-from brb_pipeline.core.search import neighbours, rrf_fuse, search
+from brb_pipeline.core.search import neighbours, rrf_fuse, search, vector_sql
 from brb_pipeline.core.searchlog import clear_log, log_search, read_log
 from brb_pipeline_tests.test_store import DIM, T0, make_chunks, make_vectors
 
@@ -95,6 +96,23 @@ def test_filter_applies_before_top_k(tmp_path):
                  since=T0 + timedelta(hours=5), until=T0 + timedelta(hours=8))
     assert sorted(h.position for h in res.hits) == [5, 6, 7]
     assert search(con, query_text="x", query_vec=_query(), k=5, channel="whatsapp").hits == []
+    con.close()
+
+
+def test_channel_and_time_filters_never_use_the_index(tmp_path):
+    """``WHERE channel = ?`` alone is rewritten into HNSW-then-filter unless we prevent it."""
+    con, _, far = _store(tmp_path)
+    wa = make_chunks("batch-003", "w", 6).with_columns(pl.lit("whatsapp").alias("channel"))
+    vecs = far[:6].copy()  # far from the query: never in an HNSW top-50
+    p = store.write_partition(tmp_path / "st", "batch-003", wa, vecs, "m@1")
+    store.load_partitions(con, {"batch-003": p})
+    index.build_indexes(con, m=8, ef_construction=64)
+    res = search(con, query_text="", query_vec=_query(), mode="vector", k=5, channel="whatsapp")
+    assert len(res.hits) == 5 and {h.channel for h in res.hits} == {"whatsapp"}
+    for where, params in [("channel = ?", ["whatsapp"]), ("end_ts >= ?", [T0])]:
+        sql = vector_sql(DIM, filtered=True, where=where)
+        plan = "".join(r[1] for r in con.execute("EXPLAIN " + sql, [_query().tolist(), *params, 5]).fetchall())
+        assert "HNSW_INDEX_SCAN" not in plan, where
     con.close()
 
 

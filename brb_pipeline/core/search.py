@@ -7,7 +7,9 @@ Query forms (measured on duckdb 1.4.4, 20K x 384-d, see ``benchmarks/bench_searc
   an inlined literal here (6 ms vs 11 ms p50: parsing 384 float literals costs more than binding).
 * Filtered vector search is an exact scan over the filtered rows. DuckDB applies a ``WHERE``
   after the HNSW top-n, so a filtered HNSW query can return fewer than k rows; the exact scan
-  applies filters first and is cheap when the filter is selective (a contact).
+  applies filters first and is cheap when the filter is selective (a contact). The optimizer
+  rewrites ``WHERE x = ? ORDER BY d LIMIT n`` into an HNSW scan, so the exact query sorts by
+  ``d, chunk_id`` (a shape it leaves alone; tested with EXPLAIN).
 * BM25 goes through ``fts_main_chunks.match_bm25`` with the filters in the same ``WHERE``, so
   filters always apply before the top-n as well.
 """
@@ -124,7 +126,9 @@ def vector_sql(dim: int, *, filtered: bool, where: str = "TRUE") -> str:
     if not filtered:
         # Exactly the shape the vss optimizer rewrites into HNSW_INDEX_SCAN.
         return f"SELECT chunk_id, {dist} AS d FROM chunks ORDER BY d LIMIT ?"
-    return f"SELECT chunk_id, {dist} AS d FROM chunks WHERE {where} ORDER BY d LIMIT ?"
+    # The second sort key keeps the vss optimizer from rewriting this into an HNSW scan that
+    # would apply the WHERE after its top-n (it does so for ``WHERE channel = ?``).
+    return f"SELECT chunk_id, {dist} AS d FROM chunks WHERE {where} ORDER BY d, chunk_id LIMIT ?"
 
 
 def lexical_sql(where: str = "TRUE") -> str:
