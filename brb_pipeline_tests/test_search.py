@@ -76,6 +76,8 @@ def test_hybrid_hits_have_both_ranks_and_match_exact_vector_order(tmp_path):
     assert [h.chunk_id for h in vec.hits] == exact_top  # HNSW recall on a tiny store is exact
     assert vec.hits[0].vector_score == pytest.approx(float(sims.max()), abs=1e-5)
     assert set(res.timings_ms) >= {"vector", "lexical", "fuse", "fetch", "total"}
+    serial = search(con, query_text="weekend", query_vec=_query(), mode="hybrid", k=10, parallel=False)
+    assert [(h.chunk_id, h.score) for h in serial.hits] == [(h.chunk_id, h.score) for h in res.hits]
     con.close()
 
 

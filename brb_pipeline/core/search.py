@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -31,6 +32,7 @@ from brb_pipeline.core.index import FTS_SCHEMA, HNSW_INDEX, REBUILD_HINT, fts_qu
 log = logging.getLogger(__name__)
 
 MODES = ("hybrid", "vector", "lexical")
+_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="brb-bm25")
 _HIT_COLUMNS = "chunk_id, contact_id, chat_id, channel, position, start_ts, end_ts, content"
 
 
@@ -139,18 +141,19 @@ def lexical_sql(where: str = "TRUE") -> str:
     )
 
 
-def _store_state(con: duckdb.DuckDBPyConnection) -> tuple[bool, bool, bool, int | None]:
-    """(chunks table, HNSW index, FTS index, embedding dim) from two cheap catalog reads (~1 ms;
+def _store_state(con: duckdb.DuckDBPyConnection) -> tuple[bool, bool, bool, int | None, str]:
+    """(chunks table, HNSW index, FTS index, embedding dim, catalog) from two cheap catalog reads (~1 ms;
     ``duckdb_columns()`` alone costs more, so the dim comes from ``meta``)."""
     row = con.execute(
         "SELECT count(*) FILTER (WHERE schema_name = 'main' AND table_name = 'chunks'),"
         " count(*) FILTER (WHERE schema_name = ? AND table_name IN ('docs', 'dict', 'terms', 'stats')),"
         " count(*) FILTER (WHERE schema_name = 'main' AND table_name = 'meta'),"
-        " (SELECT count(*) FROM duckdb_indexes() WHERE database_name = current_database() AND index_name = ?)"
+        " (SELECT count(*) FROM duckdb_indexes() WHERE database_name = current_database() AND index_name = ?),"
+        " any_value(current_database())"
         " FROM duckdb_tables() WHERE database_name = current_database()",
         [FTS_SCHEMA, HNSW_INDEX],
     ).fetchone()
-    has_chunks, fts_tables, has_meta, has_hnsw = row
+    has_chunks, fts_tables, has_meta, has_hnsw, catalog = row
     dim = None
     if has_chunks and has_meta:
         got = con.execute("SELECT value FROM meta WHERE key = 'dim'").fetchone()
@@ -161,7 +164,11 @@ def _store_state(con: duckdb.DuckDBPyConnection) -> tuple[bool, bool, bool, int 
             "AND schema_name = 'main' AND table_name = 'chunks' AND column_name = 'embedding'"
         ).fetchone()[0]
         dim = int(typ.split("[")[1].rstrip("]"))
-    return bool(has_chunks), bool(has_hnsw), fts_tables == 4, dim
+    return bool(has_chunks), bool(has_hnsw), fts_tables == 4, dim, catalog or ""
+
+
+def _quote(identifier: str) -> str:
+    return '"' + identifier.replace('"', '""') + '"'
 
 
 def _missing_index() -> StoreError:
@@ -182,6 +189,7 @@ def search(
     until: datetime | None = None,
     ef_search: int = 64,
     candidates: int = 50,
+    parallel: bool = True,
 ) -> SearchResult:
     """Search the chunk store.
 
@@ -196,6 +204,7 @@ def search(
             keep chunks overlapping ``[since, until)`` (naive datetimes are UTC).
         ef_search: HNSW search breadth (``hnsw_ef_search``).
         candidates: depth of each candidate list (at least ``k``).
+        parallel: in hybrid mode, run the BM25 query on a second connection in a worker thread.
 
     Raises:
         StoreError: no store, a missing or damaged index (the message names the rebuild
@@ -205,7 +214,7 @@ def search(
         raise ValueError(f"unknown search mode {mode!r}; expected one of {MODES}")
     t_start = time.perf_counter()
     result = SearchResult(query=query_text, mode=mode)
-    has_chunks, has_hnsw, has_fts, dim = _store_state(con)
+    has_chunks, has_hnsw, has_fts, dim, catalog = _store_state(con)
     if not has_chunks:
         raise StoreError("no search store yet: run `brb ingest` first")
     use_vec, use_lex = mode in ("hybrid", "vector"), mode in ("hybrid", "lexical")
@@ -215,7 +224,7 @@ def search(
     where, params = _filters(contact_ids, channel, since, until)
     filtered = where != "TRUE"
 
-    vec_rows: list[tuple[str, float]] = []
+    q = None
     if use_vec:
         if query_vec is None:
             raise ValueError(f"mode {mode!r} needs query_vec")
@@ -225,33 +234,49 @@ def search(
                 f"query vector has {q.shape[0]} dims but the store holds {dim}-d vectors: "
                 "search with the model the store was built with"
             )
+        result.vector_strategy = "exact" if filtered else "hnsw"
+
+    def run_vector(c: duckdb.DuckDBPyConnection) -> tuple[list, float]:
         t0 = time.perf_counter()
         try:
             if filtered:
-                result.vector_strategy = "exact"
-                vec_rows = con.execute(
-                    vector_sql(dim, filtered=True, where=where), [q.tolist(), *params, candidates]
-                ).fetchall()
+                rows = c.execute(vector_sql(dim, filtered=True, where=where), [q.tolist(), *params, candidates]).fetchall()
             else:
-                result.vector_strategy = "hnsw"
-                con.execute(f"SET hnsw_ef_search = {max(int(ef_search), 1)}")
-                vec_rows = con.execute(vector_sql(dim, filtered=False), [q.tolist(), candidates]).fetchall()
+                c.execute(f"SET hnsw_ef_search = {max(int(ef_search), 1)}")
+                rows = c.execute(vector_sql(dim, filtered=False), [q.tolist(), candidates]).fetchall()
         except duckdb.Error as exc:
             raise StoreError(f"vector index damaged ({type(exc).__name__}): {REBUILD_HINT}") from None
-        vec_rows.sort(key=lambda r: (r[1], r[0]))
-        result.timings_ms["vector"] = (time.perf_counter() - t0) * 1000
+        rows.sort(key=lambda r: (r[1], r[0]))
+        return rows, (time.perf_counter() - t0) * 1000
 
-    lex_rows: list[tuple[str, float]] = []
-    if use_lex:
+    def run_lexical(c: duckdb.DuckDBPyConnection) -> tuple[list, float]:
         t0 = time.perf_counter()
         try:
-            lex_rows = con.execute(
-                lexical_sql(where), [fts_query_text(query_text), *params, candidates]
-            ).fetchall()
+            rows = c.execute(lexical_sql(where), [fts_query_text(query_text), *params, candidates]).fetchall()
         except duckdb.Error as exc:
             raise StoreError(f"text index damaged ({type(exc).__name__}): {REBUILD_HINT}") from None
-        lex_rows.sort(key=lambda r: (-r[1], r[0]))
-        result.timings_ms["lexical"] = (time.perf_counter() - t0) * 1000
+        rows.sort(key=lambda r: (-r[1], r[0]))
+        return rows, (time.perf_counter() - t0) * 1000
+
+    vec_rows: list[tuple[str, float]] = []
+    lex_rows: list[tuple[str, float]] = []
+    if use_vec and use_lex and parallel:
+        # DuckDB releases the GIL: BM25 runs on a second connection of the same database while
+        # the vector query runs here, so hybrid costs about the slower of the two.
+        cur = con.cursor()
+        cur.execute(f"USE {_quote(catalog)}")
+        future = _POOL.submit(run_lexical, cur)
+        try:
+            vec_rows, result.timings_ms["vector"] = run_vector(con)
+        finally:
+            wait([future])  # never close the cursor under a running query
+            cur.close()
+        lex_rows, result.timings_ms["lexical"] = future.result()
+    else:
+        if use_vec:
+            vec_rows, result.timings_ms["vector"] = run_vector(con)
+        if use_lex:
+            lex_rows, result.timings_ms["lexical"] = run_lexical(con)
     result.vector_candidates, result.lexical_candidates = len(vec_rows), len(lex_rows)
 
     t0 = time.perf_counter()
