@@ -121,6 +121,17 @@ def test_load_rerun_replaces_rows_without_duplicates(tmp_path):
     con.close()
 
 
+def test_empty_partition_clears_its_batch_whatever_its_dim(tmp_path):
+    con = duck.connect(tmp_path / "brb.duckdb")
+    store.load_partitions(con, {"batch-001": write(tmp_path, "batch-001", "a", 5), "batch-002": write(tmp_path, "batch-002", "b", 3)})
+    empty = store.write_partition(tmp_path / "staging", "batch-002", make_chunks("batch-002", "b", 0), np.zeros((0, 24), np.float32), "other@9")
+    r = store.load_partitions(con, {"batch-002": empty})
+    assert (r.inserted, r.deleted) == (0, 3)
+    stats = store.store_stats(con)
+    assert stats["batches"] == {"batch-001": 5} and stats["embedding_model"] == "test@1" and stats["dim"] == DIM
+    con.close()
+
+
 def test_contact_moving_to_another_batch_is_not_duplicated(tmp_path):
     con = duck.connect(tmp_path / "brb.duckdb")
     store.load_partitions(con, {"batch-001": write(tmp_path, "batch-001", "a", 5)})

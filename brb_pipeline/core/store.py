@@ -162,25 +162,32 @@ class LoadReport:
     seconds: float = 0.0
 
 
-def _partition_facts(paths: Mapping[str, Path]) -> tuple[str | None, int | None]:
-    """Embedding model and dim shared by all partition files (read from Parquet footers)."""
+def _partition_facts(paths: Mapping[str, Path]) -> tuple[str | None, int | None, list[str]]:
+    """Embedding model and dim shared by the non-empty partition files (read from Parquet
+    footers), and those files. Empty partitions only delete their batch's rows, so an empty
+    file cannot veto a load whatever dimension it was written with."""
     facts: set[tuple[str, int]] = set()
+    files: list[str] = []
     for batch, p in paths.items():
         p = Path(p)
         if not p.exists():
             raise StoreError(f"partition file for {batch} is missing ({p}): rerun that partition")
         try:
-            md = pq.read_schema(p).metadata or {}
+            pf = pq.ParquetFile(p)
+            md, rows = pf.schema_arrow.metadata or {}, pf.metadata.num_rows
         except (pa.ArrowException, OSError):
             raise StoreError(f"partition file {p.name} is corrupt: rerun that partition") from None
         if _META_MODEL not in md or _META_DIM not in md:
             raise StoreError(f"partition file {p.name} was not written by brb: rerun that partition")
-        facts.add((md[_META_MODEL].decode(), int(md[_META_DIM])))
+        if rows:
+            facts.add((md[_META_MODEL].decode(), int(md[_META_DIM])))
+            files.append(str(p))
     if len(facts) > 1:
         raise StoreError(
             f"partitions were embedded with different models {sorted(facts)}: re-embed them all"
         )
-    return next(iter(facts)) if facts else (None, None)
+    model, dim = next(iter(facts)) if facts else (None, None)
+    return model, dim, files
 
 
 def _stored_facts(con: duckdb.DuckDBPyConnection) -> tuple[str | None, int | None, int]:
@@ -229,7 +236,7 @@ def load_partitions(
     for b in paths:
         partition_path(Path("."), b)  # validates the key
     removed = sorted(set(remove_batches) - set(paths))
-    model, dim = _partition_facts(paths)
+    model, dim, files = _partition_facts(paths)
     report = LoadReport(batches=sorted(paths), removed_batches=removed, embedding_model=model, dim=dim)
     stored_model, stored_dim, stored_rows = _stored_facts(con)
     if model is not None and stored_dim is not None:
@@ -240,14 +247,10 @@ def load_partitions(
                 f"{model} ({dim}-d): run `brb ingest --reembed` to re-embed everything"
             )
         replace_all = replace_all or differs  # an empty table of the old shape is just dropped
-    if model is None and not removed and not replace_all:
-        report.seconds = time.perf_counter() - t0
-        return report
     if model is None and stored_dim is None:
         # Nothing stored and nothing to load: only the removal of unknown batches was asked.
         report.seconds = time.perf_counter() - t0
         return report
-    files = [str(p) for p in paths.values()]
     con.execute("BEGIN TRANSACTION")
     try:
         con.execute(META_DDL)
