@@ -88,6 +88,7 @@ def test_message_bodies_strip_header_prefixes_and_tags():
         ("İSTANBUL'a gidiyoruz", ["istanbul", "gidiyoruz"]),  # dotted İ, apostrophe suffix
         ("مَرْحَبًا بِكَ", ["مَرْحَبًا", "بِكَ"]),  # harakat kept inside the word
         ("東京 trip 2024 x", ["東京", "trip"]),  # CJK run is a token; digits, 1-letter dropped
+        ("Sooo hungryyy hahaha LOOOL xD", ["hungry"]),  # elongation folded, laughter dropped
     ],
 )
 def test_tokenize_is_unicode_aware(text, expected):
@@ -113,6 +114,15 @@ def test_tfidf_labels_are_topical_and_multilingual():
     # Readable phrase from 2-3 terms, first capitalized.
     assert by_id[0].label[0].isupper() and 2 <= len(by_id[0].label.split(" · ")) <= 3
     assert TfidfLabeler().label(_docs()) == labels  # deterministic
+
+
+def test_tokenize_keeps_gaps_so_bigrams_do_not_bridge_removed_words():
+    assert tokenize("pizza and the pasta night", keep_gaps=True) == ["pizza", None, "pasta",
+                                                                      "night"]
+    docs = [ClusterDocs(0, ["Me (10:00): pizza and pasta night"] * 3),
+            ClusterDocs(1, ["Me (10:00): football match tonight"] * 3)]
+    terms = TfidfLabeler().label(docs)[0].terms
+    assert "pasta night" in terms and "pizza pasta" not in terms
 
 
 def test_tfidf_noise_empty_and_textless_clusters():

@@ -54,12 +54,20 @@ _WORD = re.compile(rf"[^\W\d_]{_LETTERS}(?:-[^\W\d_]{_LETTERS})*")
 # stop words come from scikit-learn; these are added on top.
 CHAT_FILLER = frozenset("""
 lol lmao lmfao rofl haha hahaha hahahaha hehe hehehe heh hah ha ah ahh oh ohh ooh uh uhh um umm hmm
-hmmm mm mmm yeah yea yeh yep yup yes yess ya yah nah nope no ok okay okk kk k sure fine cool nice
+hmmm hm mm mmm yeah yea yeh yep yup yes yess ya yah nah nope no ok okay okk kk k sure fine cool nice
 great good thanks thank thx ty pls plz please sorry hey hi hello hiya yo bye gonna wanna gotta
 like just really actually literally maybe probably pretty lot lots thing things stuff dont don
 doesnt didnt cant couldnt wont wouldnt isnt im ive ill id youre youve theyre thats whats lets
 omg idk tbh imo btw brb ttyl np wow woah aw aww awww xd xo xoxo ok'd u ur r y n tho though gotcha
 oh yeah alright right know think got get going want need said say tell told
+did does doing done mean means meant guess called true wait heard feel feel felt wanted make
+makes made go goes went come comes came look looks looking way kind sort agree totally hope
+says saying talk talking thought thinking something anything everything nothing someone
+anyone everyone bit sounds sound try trying tried better best new time times people person
+day days today tomorrow yesterday tonight fun crazy interesting awesome amazing funny
+definitely exactly absolutely favorite favourite stop guys guy man dude bro omg wtf yesterday
+gosh goodness honestly basically seriously wanna anyway anyways sounds
+isn aren wasn weren hasn haven hadn shouldn ain didn doesn couldn wouldn won ll ve re
 attachment attachments emoji image http https www com
 ve bir bu da de ne mi mı mu mü ama için çok evet hayır tamam şey gibi ben sen o biz siz onlar
 var yok daha kadar sonra şimdi abi ya yani hadi tamamdır tmm slm mrb
@@ -81,7 +89,7 @@ def stop_words() -> frozenset[str]:
 
 
 def normalize_case(text: str) -> str:
-    """Lower-case with Turkish dotted capital I kept as a plain ``i`` (``"İ".lower()`` is 2 chars)."""
+    """Lower-case, NFC; Turkish dotted capital I becomes ``i`` (``"İ".lower()`` is 2 chars)."""
     return unicodedata.normalize("NFC", text.replace("İ", "i").lower())
 
 
@@ -118,13 +126,32 @@ def message_bodies(content: str) -> tuple[list[str], set[str]]:
     return texts, senders
 
 
-def tokenize(text: str, drop: frozenset[str] | set[str] = frozenset()) -> list[str]:
-    """Unicode-aware word tokens (length >= 2), lower-cased, stop words and ``drop`` removed."""
+_ELONGATED = re.compile(r"(.)\1{2,}")  # "yesss" -> "yes", "soooo" -> "so"
+_LAUGH = re.compile(r"^(?:(?:a?h+a+)+h?|(?:h+e+)+h?|l+o+l+(?:o+l+)*|x+d+|(?:ja)+j?|(?:ha)+|"
+                    r"(?:ah)+|k{3,}|(?:ха)+|(?:هه)+|w{3,})$")
+
+
+def tokenize(text: str, drop: frozenset[str] | set[str] = frozenset(), *,
+             keep_gaps: bool = False) -> list[str | None]:
+    """Unicode-aware word tokens (length >= 2), lower-cased; stop words, laughter and ``drop``
+    removed; letters repeated 3+ times collapsed ("yesss" -> "yes").
+
+    Args:
+        text: one message text.
+        drop: extra tokens to remove (e.g. sender-name parts).
+        keep_gaps: put ``None`` where a token was removed, so n-grams are not formed across
+            removed words ("science (is) born" must not become the bigram "science born").
+
+    Returns:
+        Tokens in order (with ``None`` gaps when ``keep_gaps``).
+    """
     stops = stop_words()
-    out = []
+    out: list[str | None] = []
     for tok in _WORD.findall(normalize_case(text)):
-        tok = tok.strip("'’-")
-        if len(tok) < 2 or tok in stops or tok in drop:
+        tok = _ELONGATED.sub(r"\1", tok.strip("'’-"))
+        if len(tok) < 2 or tok in stops or tok in drop or _LAUGH.match(tok):
+            if keep_gaps and (not out or out[-1] is not None):
+                out.append(None)
             continue
         out.append(tok)
     return out
@@ -207,18 +234,25 @@ class TfidfLabeler:
             for content in c.texts:
                 texts, senders = message_bodies(content)
                 drop = _name_tokens(senders)
-                docs.append([t for text in texts for t in tokenize(text, drop)])
+                doc: list[str | None] = []
+                for text in texts:  # a gap between messages too: no n-gram spans two
+                    doc += tokenize(text, drop, keep_gaps=True) + [None]
+                docs.append(doc)
                 owner.append(ci)
         results: list[ClusterLabel] = []
         scores = None
         vocab = np.empty(0, dtype=object)
-        if any(docs):
+        if any(t is not None for doc in docs for t in doc):
             lo, hi = self.ngram_range
 
-            def analyzer(tokens: list[str]) -> list[str]:
-                grams = list(tokens) if lo <= 1 else []
+            def analyzer(tokens: list[str | None]) -> list[str]:
+                grams = [t for t in tokens if t is not None] if lo <= 1 else []
                 for k in range(max(2, lo), hi + 1):
-                    grams += [" ".join(tokens[i:i + k]) for i in range(len(tokens) - k + 1)]
+                    for i in range(len(tokens) - k + 1):
+                        window = tokens[i:i + k]
+                        # No n-gram across a removed word; "wait wait" is not a phrase.
+                        if None not in window and len(set(window)) == k:
+                            grams.append(" ".join(window))  # type: ignore[arg-type]
                 return grams
 
             min_df = self.min_df if len(docs) >= 20 else 1
@@ -270,9 +304,14 @@ def label_phrase(terms: Sequence[str], k: int = 3) -> str:
 
     A bigram whose words are both already chosen replaces them, in the place of the first one
     ("tarifi, çorbası, mercimek, ..., mercimek çorbası" -> "Tarifi · mercimek çorbası · ...");
-    a term overlapping a chosen term otherwise is skipped so the label does not repeat itself
-    ("birthday party · birthday" -> "Birthday party · cake").
+    a term overlapping a chosen term otherwise (same word, or its plural) is skipped so the label
+    does not repeat itself ("birthday party · birthday" -> "Birthday party · cake",
+    "school · schools" -> "School · ...").
     """
+    def overlaps(term: str, chosen: list[str]) -> bool:
+        mine = {_stem(w) for w in term.split()}
+        return any(mine & {_stem(w) for w in c.split()} for c in chosen)
+
     chosen: list[str] = []
     for term in terms:
         words = term.split()
@@ -282,20 +321,24 @@ def label_phrase(terms: Sequence[str], k: int = 3) -> str:
             chosen = [term if i == first else c for i, c in enumerate(chosen)
                       if i == first or c not in words]
             continue
-        if len(chosen) >= k or any(set(words) & set(c.split()) for c in chosen):
+        if len(chosen) >= k or overlaps(term, chosen):
             continue
         chosen.append(term)
     if len(chosen) < k:  # a merge freed a slot: fill it from the ranking
         for term in terms:
             if len(chosen) >= k:
                 break
-            if term not in chosen and not any(set(term.split()) & set(c.split())
-                                              for c in chosen):
+            if term not in chosen and not overlaps(term, chosen):
                 chosen.append(term)
     if not chosen:
         return ""
     first = chosen[0]
     return " · ".join([first[:1].upper() + first[1:]] + chosen[1:])
+
+
+def _stem(word: str) -> str:
+    """Crude plural folding for overlap checks only ("schools" ~ "school", "smells" ~ "smell")."""
+    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
 
 
 # --- Representatives ------------------------------------------------------------------------
