@@ -158,16 +158,19 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--store", type=Path, help="an existing brb.duckdb with real embeddings (opened read-only)")
     ap.add_argument("--m-sweep-chunks", type=int, default=5000, help="subset size for the M comparison (0: skip)")
+    ap.add_argument("--save-store", type=Path, help="keep the built store here (reuse it with --store)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
     tmpdir = tempfile.TemporaryDirectory(prefix="bench_search_")
     tmp = Path(tmpdir.name)
+    db_path = args.save_store / "brb.duckdb" if args.save_store else tmp / "brb.duckdb"
     out: dict = {
         "benchmark": "bench_search",
         "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
         "duckdb": __import__("duckdb").__version__,
+        "loadavg_at_start": [round(x, 1) for x in os.getloadavg()],
     }
     chunks = emb = None
     if args.store:
@@ -186,7 +189,8 @@ def main() -> None:
         paths = {}
         for (batch,), part in chunks.with_row_index("_i").group_by("batch", maintain_order=True):
             paths[batch] = store.write_partition(tmp / "staging", batch, part.drop("_i"), emb[part["_i"].to_numpy()], "bench-clustered@0")
-        con = duck.connect(tmp / "brb.duckdb")
+        con = duck.connect(db_path)
+        store.clear(con)
         load = store.load_partitions(con, paths)
         prep_s = time.perf_counter() - t0
         hnsw = index.build_hnsw(con, m=16, ef_construction=128)
@@ -198,9 +202,10 @@ def main() -> None:
             "fts_s": round(fts.seconds, 2), "fts_params": {k: v for k, v in fts.params.items() if k != "fields"},
         }  # fmt: skip
         con.close()
-        con = duck.connect(tmp / "brb.duckdb", read_only=True)  # search a reopened store, as the CLI does
+        con = duck.connect(db_path, read_only=True)  # search a reopened store, as the CLI does
     n_chunks = con.execute("SELECT count(*) FROM chunks").fetchone()[0]
     out["chunks"], out["dim"] = n_chunks, dim
+    print(f"Search - load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus (shared machine)")
     print(f"Search - {n_chunks} chunks, {dim}-d; build: {json.dumps(out['build'], default=str)}")
 
     queries = make_queries(con, args.queries, args.seed + 1)
@@ -235,6 +240,7 @@ def main() -> None:
     if chunks is not None and args.m_sweep_chunks:
         print(f"Search - HNSW M on the first {min(args.m_sweep_chunks, chunks.height)} chunks (ef_construction 128):")
         out["m_sweep"] = m_sweep(chunks, emb, queries[:100], tmp, min(args.m_sweep_chunks, chunks.height))
+    out["loadavg_at_end"] = [round(x, 1) for x in os.getloadavg()]
     name = "bench_search_store.json" if args.store else f"bench_search_{n_chunks}.json"
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / name).write_text(json.dumps(out, indent=2, default=str))

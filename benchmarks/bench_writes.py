@@ -220,6 +220,7 @@ def main() -> None:
         "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
         "duckdb": __import__("duckdb").__version__,
+        "loadavg": [round(x, 1) for x in os.getloadavg()],
         "messages": args.messages,
         "chunks": chunks.height,
         "dim": args.dim,

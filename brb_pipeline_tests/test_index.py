@@ -110,4 +110,8 @@ def test_build_without_store_and_bad_metric():
         index.build_fts(con)
     with pytest.raises(ValueError, match="unknown HNSW metric"):
         index.build_hnsw(con, metric="manhattan")
+    con.execute("BEGIN TRANSACTION")
+    with pytest.raises(RuntimeError, match="inside an explicit transaction"):
+        index.build_hnsw(con)
+    con.execute("ROLLBACK")
     assert index.index_status(con)["ready"] is False

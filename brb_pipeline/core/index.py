@@ -168,6 +168,7 @@ def build_hnsw(
     if metric not in HNSW_METRICS:
         raise ValueError(f"unknown HNSW metric {metric!r}; expected one of {sorted(HNSW_METRICS)}")
     m, ef_construction = int(m), int(ef_construction)
+    _outside_transaction(con)
     rows = _chunk_rows(con)
     t0 = time.perf_counter()
     con.execute(f"DROP INDEX IF EXISTS {HNSW_INDEX}")
@@ -186,6 +187,15 @@ def build_hnsw(
     con.execute("CHECKPOINT")
     log.info("Indexing - HNSW over %d chunks in %.1f s (M=%d, ef_construction=%d)", rows, seconds, m, ef_construction)
     return IndexReport(HNSW_INDEX, rows, seconds, params)
+
+
+def _outside_transaction(con: duckdb.DuckDBPyConnection) -> None:
+    """Refuse to run inside an explicit transaction (HNSW creation there is unsafe)."""
+    try:
+        con.execute("BEGIN TRANSACTION")
+    except duckdb.TransactionException:
+        raise RuntimeError("build_hnsw must not run inside an explicit transaction") from None
+    con.execute("ROLLBACK")
 
 
 def build_fts(con: duckdb.DuckDBPyConnection) -> IndexReport:
