@@ -290,6 +290,21 @@ def search(query, contacts, since, until, mode, k, channel, context, no_route, a
     click.echo(f"\n{len(out['hits'])} results in {out['latency_ms']:.0f} ms ({out['mode']})", err=True)
 
 
+@main.command()
+@home_opt
+def reindex(home):
+    """Rebuild the HNSW and BM25 indexes from the stored chunks (e.g. after a crash)."""
+    from brb_pipeline.pipeline.store import run_text_index, run_vector_index
+
+    s = _settings(home)
+    if not s.duckdb_path.exists():
+        raise BrbError(f"no search store in {s.home}: run `brb ingest` first")
+    v = run_vector_index(s, force=True)
+    t = run_text_index(s, force=True)
+    click.echo(f"brb: HNSW over {v.get('rows', 0):,} chunks in {v.get('seconds', 0):.1f} s, "
+               f"BM25 over {t.get('rows', 0):,} chunks in {t.get('seconds', 0):.1f} s", err=True)
+
+
 @main.command("search-log")
 @click.option("--clear", is_flag=True, help="Delete the search log.")
 @click.option("-n", "limit", default=20, show_default=True)

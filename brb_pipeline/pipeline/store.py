@@ -71,7 +71,7 @@ def run_load(s: Settings) -> dict[str, Any]:
     return meta
 
 
-def _index_stage(s: Settings, kind: str, build: Callable[[Any], Any]) -> dict[str, Any]:
+def _index_stage(s: Settings, kind: str, build: Callable[[Any], Any], force: bool = False) -> dict[str, Any]:
     """Build one index unless it is present and covers exactly the stored rows.
 
     Every load drops both indexes in its transaction, so a present, non-stale index was built
@@ -82,7 +82,7 @@ def _index_stage(s: Settings, kind: str, build: Callable[[Any], Any]) -> dict[st
     try:
         status = index_status(con)
         info = status.get(kind, {})
-        if info.get("present") and not info.get("stale"):
+        if info.get("present") and not info.get("stale") and not force:
             return {"rebuilt": False, "reason": "store unchanged since the last build",
                     "rows": int(info.get("rows") or 0), "seconds": round(time.perf_counter() - t0, 3)}
         if status["store_rows"] == 0:
@@ -96,11 +96,12 @@ def _index_stage(s: Settings, kind: str, build: Callable[[Any], Any]) -> dict[st
     return meta
 
 
-def run_vector_index(s: Settings) -> dict[str, Any]:
-    """HNSW (cosine) over the chunk embeddings, rebuilt only when the store changed."""
-    return _index_stage(s, "hnsw", lambda con: build_hnsw(con, m=s.hnsw_m, ef_construction=s.hnsw_ef_construction))
+def run_vector_index(s: Settings, force: bool = False) -> dict[str, Any]:
+    """HNSW (cosine) over the chunk embeddings, rebuilt only when the store changed (or forced)."""
+    return _index_stage(s, "hnsw", lambda con: build_hnsw(con, m=s.hnsw_m, ef_construction=s.hnsw_ef_construction),
+                        force)
 
 
-def run_text_index(s: Settings) -> dict[str, Any]:
-    """BM25 over chunk text (multilingual settings), rebuilt only when the store changed."""
-    return _index_stage(s, "fts", build_fts)
+def run_text_index(s: Settings, force: bool = False) -> dict[str, Any]:
+    """BM25 over chunk text (multilingual settings), rebuilt only when the store changed (or forced)."""
+    return _index_stage(s, "fts", build_fts, force)
