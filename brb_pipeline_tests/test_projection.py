@@ -79,3 +79,26 @@ def test_tiny_inputs(n, method):
 def test_bad_shape_is_a_clear_error():
     with pytest.raises(ValueError, match="must be 2-D"):
         project(np.zeros(5, dtype=np.float32))
+
+
+def test_end_to_end_ids_survive_a_small_data_change():
+    """project -> cluster -> stable ids, then drop 5% of chunks, add a few, and redo it all."""
+    from brb_pipeline.core.clustering import cluster, stable_cluster_ids
+
+    x, _ = _sphere(200, k=4, seed=5)
+    ids = [f"c{i}" for i in range(200)]
+    first = cluster(project(x, pca_dim=10, n_neighbors=10).xy, x, min_cluster_size=15)
+    assert first.n_clusters == 4
+    prev = dict(zip(ids, stable_cluster_ids({}, ids, first.labels).tolist()))
+
+    rng = np.random.default_rng(9)
+    keep = np.sort(rng.choice(200, 190, replace=False))
+    extra = x[:6] + rng.normal(0, 0.01, (6, x.shape[1])).astype(np.float32)
+    extra /= np.linalg.norm(extra, axis=1, keepdims=True)
+    x2 = np.concatenate([x[keep], extra])
+    ids2 = [ids[i] for i in keep] + [f"new{i}" for i in range(6)]
+    second = cluster(project(x2, pca_dim=10, n_neighbors=10, seed=1).xy, x2, min_cluster_size=15)
+    stable = stable_cluster_ids(prev, ids2, second.labels)
+    kept = np.array([prev[c] for c in ids2[:190]])
+    assert np.mean(stable[:190] == kept) > 0.95  # survivors keep their cluster id
+    assert set(stable.tolist()) <= set(prev.values())  # no spurious new clusters
