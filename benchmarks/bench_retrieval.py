@@ -337,6 +337,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         messages = pl.read_parquet(s.staging_dir / "messages.parquet")
         resolved = resolve_targets(questions, messages)
         unresolved = [qid for qid, pairs in resolved.items() if not pairs]
+        if len(unresolved) == len(questions):
+            raise SystemExit(f"none of the {len(questions)} questions resolves to a message in {home}: it does not "
+                             f"hold the demo archive {args.questions.name} was written for")
         members = chunk_members(chunks, messages)
         relevant = relevant_chunks(members, resolved)
         unreachable = [qid for qid, rel in relevant.items() if not rel]
