@@ -267,9 +267,12 @@ def test_mlx_labeler_falls_back_on_junk(tmp_path, template):
 
 
 def test_mlx_labeler_missing_model_is_a_clear_error(tmp_path):
+    from brb_pipeline.core.errors import BrbError
+
     labeler = MLXLMLabeler(tmp_path / "nope", TfidfLabeler())
-    with pytest.raises(FileNotFoundError, match="no local model at"):
+    with pytest.raises(BrbError, match="no local labeler model at .*nope") as err:
         labeler.label(_docs())
+    assert isinstance(err.value, FileNotFoundError) and "\n" not in str(err.value)
 
 
 # --- Cache ----------------------------------------------------------------------------------

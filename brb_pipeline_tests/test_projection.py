@@ -76,9 +76,13 @@ def test_tiny_inputs(n, method):
         assert np.ptp(p.xy[:, 0]) > 0  # distinct points are not all stacked on one spot
 
 
-def test_bad_shape_is_a_clear_error():
+def test_bad_input_is_a_clear_error():
     with pytest.raises(ValueError, match="must be 2-D"):
         project(np.zeros(5, dtype=np.float32))
+    x, _ = _sphere(10)
+    x[3, 0] = np.nan
+    with pytest.raises(ValueError, match="1 of 10 embeddings contain NaN or inf"):
+        project(x)
 
 
 def test_end_to_end_ids_survive_a_small_data_change():

@@ -30,7 +30,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from brb_pipeline.core.errors import BrbError
+
 log = logging.getLogger(__name__)
+
+
+class LabelerModelMissingError(BrbError, FileNotFoundError):
+    """``labeler_model_path`` does not point at a local model directory."""
 
 # --- Text cleaning --------------------------------------------------------------------------
 
@@ -526,12 +532,18 @@ class MLXLMLabeler:
         self._tokenizer: Any = None
 
     def load(self) -> None:
-        """Load the model once. Raises ``FileNotFoundError`` for a missing local directory."""
+        """Load the model once.
+
+        Raises:
+            LabelerModelMissingError: the path is not a local model directory (a
+                :class:`~brb_pipeline.core.errors.BrbError` and a ``FileNotFoundError``).
+        """
         if self._model is not None:
             return
         if not (self.model_path / "config.json").is_file():
-            raise FileNotFoundError(
-                f"Labeling - no local model at {self.model_path} (need config.json + weights)")
+            raise LabelerModelMissingError(
+                f"no local labeler model at {self.model_path} (need config.json + *.safetensors "
+                "+ tokenizer files); unset labeler_model_path to use offline labels")
         try:
             from brb_pipeline.core.blas import ensure_fast_blas
 

@@ -103,6 +103,10 @@ def project(
     if x.ndim != 2:
         raise ValueError(f"Projection - embeddings must be 2-D (n, dim), got shape {x.shape}")
     n, dim = x.shape
+    bad = int(np.count_nonzero(~np.isfinite(x).all(axis=1))) if n else 0
+    if bad:
+        raise ValueError(f"Projection - {bad} of {n} embeddings contain NaN or inf; "
+                         "re-run the embedding stage")
     seconds: dict[str, float] = {}
 
     t0 = time.perf_counter()
