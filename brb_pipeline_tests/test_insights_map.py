@@ -150,3 +150,20 @@ def test_empty_map_still_writes_files(tmp_path):
 def test_cluster_centres_median():
     xy = np.array([[0, 0], [2, 2], [100, 100], [5, 5]], dtype=float)
     assert cluster_centres(xy, np.array([0, 0, 0, -1])) == {0: (2.0, 2.0)}
+
+
+def test_3d_view_uses_its_own_layout_and_partial_summary_is_completed(tmp_path):
+    from brb_pipeline.core.insights_map import as_points, figure_2d, figure_3d
+
+    pts = _points().with_columns((pl.col("x") + 1000).alias("x3"), (pl.col("y") - 1000)
+                                 .alias("y3"), (pl.col("z") * 2).alias("z3"))
+    df = as_points(pts)
+    summ = cluster_summary(df)
+    fig3 = figure_3d(df, summ, "t")
+    first = df.filter(pl.col("cluster_id") == summ["cluster_id"][0])
+    assert np.allclose(fig3.data[0].x, first["x3"].to_numpy())  # 3-D layout, not the 2-D one
+    assert np.allclose(fig3.data[-1].x, summ.filter(pl.col("cluster_id") >= 0)["x3"].to_numpy())
+    assert np.allclose(figure_2d(df, summ, "t").data[0].x, first["x"].to_numpy())
+    # A summary without positions (e.g. joined from elsewhere) still places labels.
+    files = write_map(tmp_path, pts, summ.select("cluster_id", "label", "size"), title="t")
+    assert files.png.stat().st_size > 10_000

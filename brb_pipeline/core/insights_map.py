@@ -5,9 +5,11 @@ the network off), the PNG is drawn with matplotlib's Agg backend. Files are writ
 temporary name and renamed into place, so a failed run keeps the previous map.
 
 Points are one row per chunk with columns ``x, y, z, cluster_id, label, contact, date, snippet``
-(``snippet`` is a short text the caller has already truncated). The HTML hover shows contact,
-date and snippet: the map is the user's own local file. :func:`summary_markdown`, which goes to
-Dagster metadata, carries labels, counts and dates only, never message text.
+(``snippet`` is a short text the caller has already truncated). ``x, y`` is the 2-D layout; the
+3-D view uses ``x3, y3, z3`` when given (UMAP's separate 3-D layout), else ``x, y, z``. The HTML
+hover shows contact, date and snippet: the map is the user's own local file.
+:func:`summary_markdown`, which goes to Dagster metadata, carries labels, counts and dates only,
+never message text.
 """
 
 from __future__ import annotations
@@ -50,19 +52,24 @@ def as_points(points: pl.DataFrame | Mapping[str, Any]) -> pl.DataFrame:
 
     Args:
         points: a polars DataFrame or a dict of equal-length columns with :data:`POINT_COLUMNS`
-            (``z`` optional: 0 when absent; ``date`` any type, shown as text).
+            (``z`` optional: 0 when absent; ``date`` any type, shown as text), optionally
+            ``x3, y3, z3`` (the 3-D layout).
 
     Returns:
-        DataFrame with float64 x/y/z, int64 cluster_id, and string label/contact/date/snippet.
+        DataFrame with float64 x/y/z/x3/y3/z3, int64 cluster_id, and string
+        label/contact/date/snippet.
     """
     df = points if isinstance(points, pl.DataFrame) else pl.DataFrame(dict(points))
     if "z" not in df.columns:
         df = df.with_columns(pl.lit(0.0).alias("z"))
+    if not {"x3", "y3", "z3"} <= set(df.columns):
+        df = df.with_columns(pl.col("x").alias("x3"), pl.col("y").alias("y3"),
+                             pl.col("z").alias("z3"))
     missing = [c for c in POINT_COLUMNS if c not in df.columns]
     if missing:
         raise ValueError(f"Insights map - points lack columns {missing}")
     return df.select(
-        pl.col("x").cast(pl.Float64), pl.col("y").cast(pl.Float64), pl.col("z").cast(pl.Float64),
+        *[pl.col(c).cast(pl.Float64) for c in ("x", "y", "z", "x3", "y3", "z3")],
         pl.col("cluster_id").cast(pl.Int64),
         pl.col("label").cast(pl.Utf8).fill_null(""),
         pl.col("contact").cast(pl.Utf8).fill_null(""),
@@ -82,7 +89,8 @@ def cluster_summary(points: pl.DataFrame | Mapping[str, Any], *, top_contacts: i
     Returns:
         DataFrame with cluster_id (int64), label, size (int), share (of all points, 0-1),
         top_contacts (", "-joined names, most frequent first), first_date, last_date (text,
-        as given in ``date``), and x, y (the cluster's median position, for label placement);
+        as given in ``date``), and x, y, z, x3, y3, z3 (the cluster's median position in each
+        layout, where its label is drawn);
         sorted by size descending, ties by cluster_id, noise (-1) last.
     """
     df = as_points(points)
@@ -91,7 +99,8 @@ def cluster_summary(points: pl.DataFrame | Mapping[str, Any], *, top_contacts: i
         return pl.DataFrame(schema={"cluster_id": pl.Int64, "label": pl.Utf8, "size": pl.UInt32,
                                     "share": pl.Float64, "top_contacts": pl.Utf8,
                                     "first_date": pl.Utf8, "last_date": pl.Utf8,
-                                    "x": pl.Float64, "y": pl.Float64, "z": pl.Float64})
+                                    "x": pl.Float64, "y": pl.Float64, "z": pl.Float64,
+                                    "x3": pl.Float64, "y3": pl.Float64, "z3": pl.Float64})
     contacts = (
         df.group_by("cluster_id", "contact").len()
         .sort(["cluster_id", "len", "contact"], descending=[False, True, False])
@@ -104,7 +113,7 @@ def cluster_summary(points: pl.DataFrame | Mapping[str, Any], *, top_contacts: i
     summ = (
         df.group_by("cluster_id")
         .agg(pl.col("label").mode().sort().first().alias("label"), pl.len().alias("size"),
-             pl.col("x").median(), pl.col("y").median(), pl.col("z").median())
+             *[pl.col(c).median() for c in ("x", "y", "z", "x3", "y3", "z3")])
         .with_columns((pl.col("size") / total).alias("share"))
         .join(contacts, on="cluster_id", how="left")
         .join(span, on="cluster_id", how="left")
@@ -113,7 +122,7 @@ def cluster_summary(points: pl.DataFrame | Mapping[str, Any], *, top_contacts: i
         .drop("_noise")
     )
     return summ.select("cluster_id", "label", "size", "share", "top_contacts", "first_date",
-                       "last_date", "x", "y", "z")
+                       "last_date", "x", "y", "z", "x3", "y3", "z3")
 
 
 def summary_markdown(df: pl.DataFrame, *, max_rows: int = 40, include_contacts: bool = False
@@ -203,7 +212,7 @@ def figure_3d(df: pl.DataFrame, summary: pl.DataFrame, title: str) -> Any:
     for row in summary.iter_rows(named=True):
         part = df.filter(pl.col("cluster_id") == row["cluster_id"])
         fig.add_trace(go.Scatter3d(
-            x=part["x"].to_numpy(), y=part["y"].to_numpy(), z=part["z"].to_numpy(),
+            x=part["x3"].to_numpy(), y=part["y3"].to_numpy(), z=part["z3"].to_numpy(),
             mode="markers", name=_trace_name(row["cluster_id"], row["label"], row["size"]),
             marker={"size": 2 if df.height > 5000 else 3, "color": _color(row["cluster_id"]),
                     "opacity": 0.7},
@@ -212,7 +221,7 @@ def figure_3d(df: pl.DataFrame, summary: pl.DataFrame, title: str) -> Any:
     named = summary.filter(pl.col("cluster_id") >= 0)
     if named.height:
         fig.add_trace(go.Scatter3d(
-            x=named["x"].to_numpy(), y=named["y"].to_numpy(), z=named["z"].to_numpy(),
+            x=named["x3"].to_numpy(), y=named["y3"].to_numpy(), z=named["z3"].to_numpy(),
             mode="text", text=[html.escape(s) for s in named["label"]], name="Labels",
             hoverinfo="skip", textfont={"size": 11, "color": "#111"}))
     fig.update_layout(title=f"{title} (3-D)", template="plotly_white", height=800,
@@ -234,15 +243,15 @@ def write_png(path: Path, df: pl.DataFrame, summary: pl.DataFrame, title: str) -
     ax = fig.add_subplot()
     noise = df.filter(pl.col("cluster_id") < 0)
     ax.scatter(noise["x"].to_numpy(), noise["y"].to_numpy(), s=2 if df.height > 5000 else 6,
-               c=NOISE_COLOR,
-               linewidths=0, rasterized=True)
+               c=NOISE_COLOR, linewidths=0, rasterized=True)
     clustered = df.filter(pl.col("cluster_id") >= 0)
     colors = [_color(c) for c in clustered["cluster_id"]]
     ax.scatter(clustered["x"].to_numpy(), clustered["y"].to_numpy(), s=3 if df.height > 5000
                else 8, c=colors, linewidths=0, alpha=0.8, rasterized=True)
     for row in summary.filter(pl.col("cluster_id") >= 0).head(40).iter_rows(named=True):
         # "$" would start matplotlib mathtext ("$50 rent" fails to render): escape it.
-        ax.text(row["x"], row["y"], row["label"].replace("$", r"\$"), fontsize=8, ha="center", va="center",
+        ax.text(row["x"], row["y"], row["label"].replace("$", r"\$"), fontsize=8, ha="center",
+                va="center",
                 path_effects=[pe.withStroke(linewidth=3, foreground="white")])
     ax.set_title(title)
     ax.set_axis_off()
@@ -272,6 +281,11 @@ def write_map(out_dir: Path, points: pl.DataFrame | Mapping[str, Any],
     out_dir.mkdir(parents=True, exist_ok=True)
     df = as_points(points)
     summary = clusters if clusters is not None else cluster_summary(df)
+    centre_cols = ["x", "y", "z", "x3", "y3", "z3"]
+    if summary.height and not set(centre_cols) <= set(summary.columns):
+        # A caller's summary without label positions: add them from the points.
+        summary = summary.drop([c for c in centre_cols if c in summary.columns]).join(
+            cluster_summary(df).select("cluster_id", *centre_cols), on="cluster_id", how="left")
     files = MapFiles(out_dir / f"{stem}.html", out_dir / f"{stem}_3d.html",
                      out_dir / f"{stem}.png")
     tmps: list[tuple[Path, Path]] = []
