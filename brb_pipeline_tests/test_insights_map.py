@@ -164,6 +164,10 @@ def test_3d_view_uses_its_own_layout_and_partial_summary_is_completed(tmp_path):
     assert np.allclose(fig3.data[0].x, first["x3"].to_numpy())  # 3-D layout, not the 2-D one
     assert np.allclose(fig3.data[-1].x, summ.filter(pl.col("cluster_id") >= 0)["x3"].to_numpy())
     assert np.allclose(figure_2d(df, summ, "t").data[0].x, first["x"].to_numpy())
+    # x3, y3 given with z (no z3): z is the 3-D layout's third axis.
+    df2 = as_points(pts.drop("z3"))
+    assert np.allclose(df2["z3"].to_numpy(), df2["z"].to_numpy())
+    assert np.allclose(df2["x3"].to_numpy(), df["x3"].to_numpy())
     # A summary without positions (e.g. joined from elsewhere) still places labels.
     files = write_map(tmp_path, pts, summ.select("cluster_id", "label", "size"), title="t")
     assert files.png.stat().st_size > 10_000

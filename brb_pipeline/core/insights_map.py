@@ -53,7 +53,8 @@ def as_points(points: pl.DataFrame | Mapping[str, Any]) -> pl.DataFrame:
     Args:
         points: a polars DataFrame or a dict of equal-length columns with :data:`POINT_COLUMNS`
             (``z`` optional: 0 when absent; ``date`` any type, shown as text), optionally
-            ``x3, y3, z3`` (the 3-D layout).
+            ``x3, y3, z3`` (the 3-D layout; with ``x3, y3`` but no ``z3``, ``z`` is taken as
+            the 3-D layout's third axis).
 
     Returns:
         DataFrame with float64 x/y/z/x3/y3/z3, int64 cluster_id, and string
@@ -62,6 +63,8 @@ def as_points(points: pl.DataFrame | Mapping[str, Any]) -> pl.DataFrame:
     df = points if isinstance(points, pl.DataFrame) else pl.DataFrame(dict(points))
     if "z" not in df.columns:
         df = df.with_columns(pl.lit(0.0).alias("z"))
+    if {"x3", "y3"} <= set(df.columns) and "z3" not in df.columns:
+        df = df.with_columns(pl.col("z").alias("z3"))  # z is then the 3-D layout's third axis
     if not {"x3", "y3", "z3"} <= set(df.columns):
         df = df.with_columns(pl.col("x").alias("x3"), pl.col("y").alias("y3"),
                              pl.col("z").alias("z3"))
