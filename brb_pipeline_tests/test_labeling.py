@@ -202,11 +202,14 @@ def test_representatives_closest_then_diverse():
 # --- mlx-lm labeler on a tiny model built here ----------------------------------------------
 
 
-def _tiny_model(root: Path, chat_template: str | None) -> Path:
+def _tiny_model(root: Path, chat_template: str | None, answer: str | None = None) -> Path:
     """A random-weight 1-layer llama (hidden 32, 2 heads) with a WordLevel tokenizer.
 
     The vocabulary is numbers and punctuation, so whatever greedy decoding emits is junk a
-    parser must reject.
+    parser must reject. With ``answer`` (one word), the weights are rigged so greedy decoding
+    always emits that word: every token embeds to the same vector, so the final hidden state h
+    is the same at every position whatever the prompt, and the output head's only non-zero row,
+    the answer's, is h itself.
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
@@ -219,6 +222,8 @@ def _tiny_model(root: Path, chat_template: str | None) -> Path:
 
     root.mkdir(parents=True)
     words = ["<unk>", "<s>", "</s>"] + [str(i) for i in range(280)] + list("!?.,;:#@%&*()[]{}")
+    if answer:
+        words.append(answer)
     tok = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(words)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.decoder = decoders.WordPiece(prefix="##")  # joins tokens with spaces
@@ -236,6 +241,12 @@ def _tiny_model(root: Path, chat_template: str | None) -> Path:
     (root / "config.json").write_text(json.dumps(cfg))
     mx.random.seed(0)
     model = llama.Model(llama.ModelArgs.from_dict(cfg))
+    if answer:
+        emb = model.model.embed_tokens.weight
+        model.model.embed_tokens.weight = mx.broadcast_to(emb[:1], emb.shape) + 0
+        h = model.model(mx.array([[1, 5, 7]]))[0, -1]
+        head = mx.zeros(model.lm_head.weight.shape)
+        model.lm_head.weight = head.at[len(words) - 1].add(h)
     mx.save_safetensors(str(root / "model.safetensors"), dict(tree_flatten(model.parameters())))
     return root
 
@@ -264,6 +275,20 @@ def test_mlx_labeler_falls_back_on_junk(tmp_path, template):
     assert [lab.source for lab in labels[:4]] == ["llm-fallback"] * 4
     assert [lab.label for lab in labels[:4]] == [lab.label for lab in expected]
     assert labels[4].label == NOISE_LABEL
+
+
+def test_mlx_labeler_uses_a_good_answer(tmp_path):
+    path = _tiny_model(tmp_path / "rigged", None, answer="hiking")
+    labeler = MLXLMLabeler(path, TfidfLabeler(), max_tokens=1)
+    labels = labeler.label(_docs()[:2])
+    assert labeler.fallbacks == 0
+    assert [(lab.label, lab.source) for lab in labels] == [("Hiking", "llm")] * 2
+    assert labels[0].terms[:2] == TfidfLabeler().label(_docs()[:2])[0].terms[:2]  # kept
+    # The same model with room for more tokens repeats itself: junk, counted fallback.
+    chatty = MLXLMLabeler(path, TfidfLabeler(), max_tokens=4)
+    assert chatty.generate("anything").split() == ["hiking"] * 4
+    assert [lab.source for lab in chatty.label(_docs()[:2])] == ["llm-fallback"] * 2
+    assert chatty.fallbacks == 2
 
 
 def test_mlx_labeler_missing_model_is_a_clear_error(tmp_path):
