@@ -291,6 +291,21 @@ def test_mlx_labeler_uses_a_good_answer(tmp_path):
     assert chatty.fallbacks == 2
 
 
+def test_mlx_labeler_with_cache_asks_only_changed_clusters(tmp_path):
+    path = _tiny_model(tmp_path / "rigged", None, answer="hiking")
+    docs = _docs()
+    members = {d.cluster_id: [f"{d.cluster_id}-{j}" for j in range(len(d.texts))] for d in docs}
+    cache = LabelCache(tmp_path / "labels.json")
+    labeler = MLXLMLabeler(path, TfidfLabeler(), max_tokens=1)
+    first, hits = label_clusters(labeler, docs, members, cache)
+    assert hits == 0 and [lab.source for lab in first] == ["llm"] * 4
+    members[2] = members[2] + ["2-new"]
+    again, hits = label_clusters(labeler, docs, members, LabelCache(tmp_path / "labels.json"))
+    assert hits == 3 and again[2].label == "Hiking"
+    # The re-asked cluster keeps keywords contrasted against all four clusters.
+    assert again[2].terms == TfidfLabeler().label(docs)[2].terms
+
+
 def test_mlx_labeler_missing_model_is_a_clear_error(tmp_path):
     from brb_pipeline.core.errors import BrbError
 

@@ -567,10 +567,18 @@ class MLXLMLabeler:
         return generate(self._model, self._tokenizer, prompt, max_tokens=self.max_tokens,
                         verbose=False)
 
-    def label(self, clusters: Sequence[ClusterDocs]) -> list[ClusterLabel]:
-        """One prompt per cluster; junk answers get the fallback label (counted)."""
+    def label(self, clusters: Sequence[ClusterDocs], *,
+              offline: Sequence[ClusterLabel] | None = None) -> list[ClusterLabel]:
+        """One prompt per cluster; junk answers get the fallback label (counted).
+
+        Args:
+            clusters: the clusters to label.
+            offline: fallback labels for ``clusters`` (same order) when the caller already has
+                them, e.g. c-TF-IDF computed against every cluster while only some are asked.
+        """
         self.load()
-        offline = self.fallback.label(clusters)
+        if offline is None:
+            offline = self.fallback.label(clusters)
         out: list[ClusterLabel] = []
         self.fallbacks = 0
         for docs, base in zip(clusters, offline):
@@ -698,10 +706,11 @@ def label_clusters(labeler: Labeler, clusters: Sequence[ClusterDocs],
     hits = sum(r is not None for r in result)
     todo = [i for i, r in enumerate(result) if r is None]
     if todo:
-        # c-TF-IDF contrasts a cluster with the rest, so give the labeler every cluster and keep
-        # only the missing ones; a model labeler only needs the missing ones.
+        # c-TF-IDF contrasts a cluster with the rest, so it sees every cluster; the model is
+        # asked only about the missing ones.
         if isinstance(labeler, MLXLMLabeler):
-            fresh = labeler.label([clusters[i] for i in todo])
+            base = labeler.fallback.label(clusters)  # keywords contrasted with every cluster
+            fresh = labeler.label([clusters[i] for i in todo], offline=[base[i] for i in todo])
             for i, lab in zip(todo, fresh):
                 result[i] = lab
         else:
