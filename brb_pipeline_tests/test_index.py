@@ -7,7 +7,7 @@ import pytest
 
 from brb_pipeline.core import duck, index, store
 from brb_pipeline.core.errors import StoreError
-from brb_pipeline.core.search import search, vector_sql
+from brb_pipeline.core.search import lexical_sql, search, vector_sql
 from brb_pipeline_tests.test_store import DIM, make_chunks, make_vectors
 
 TEXTS = [
@@ -62,6 +62,20 @@ def test_fts_multilingual_findability(indexed, query, expected):
     con, _ = indexed
     ids = _lexical_ids(con, query)
     assert ids and ids[0] == expected
+
+
+@pytest.mark.parametrize("query", ["görüşürüz party", "+90 532 123 45 67", "東京 code", "the gate"])
+def test_lexical_sql_scores_equal_the_fts_macro(indexed, query):
+    con, _ = indexed
+    q = index.fts_query_text(query)
+    ours = con.execute(lexical_sql(), [q, 50]).fetchall()
+    macro = con.execute(
+        "SELECT chunk_id, s FROM (SELECT chunk_id, fts_main_chunks.match_bm25(chunk_id, ?) AS s FROM chunks) "
+        "WHERE s IS NOT NULL ORDER BY s DESC, chunk_id",
+        [q],
+    ).fetchall()
+    assert ours and [c for c, _ in ours] == [c for c, _ in macro]
+    assert [s for _, s in ours] == pytest.approx([s for _, s in macro], rel=1e-12)
 
 
 def test_unrelated_query_finds_nothing(indexed):
