@@ -91,18 +91,26 @@ OTHER = "orchestration"  # Dagster runs, brb.db bookkeeping: time outside every 
 # Measuring ------------------------------------------------------------------------------------
 
 
-def rss_bytes() -> int:
-    """Resident set size of this process now (bytes), from ``/proc/self/status``."""
+def status_kb(field: str) -> int | None:
+    """One ``kB`` field of ``/proc/self/status`` (``VmRSS``, ``VmHWM``), or None off Linux."""
     try:
         with open("/proc/self/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
     except OSError:
         pass
+    return None
+
+
+def rss_bytes() -> int:
+    """Resident set size of this process now (bytes), from ``/proc/self/status``."""
+    kb = status_kb("VmRSS")
+    if kb is not None:
+        return kb * 1024
     import resource
 
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # peak, the best fallback
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # the peak: the best fallback
 
 
 class Recorder:
@@ -479,9 +487,9 @@ def load_model(s: Settings) -> tuple[Any, float]:
     return emb, round(time.perf_counter() - t, 3)
 
 
-def settings_for(home: Path, archive: Any, model: str) -> Settings:
+def settings_for(home: Path, archive: Any, model: str, overrides: dict[str, str] | None = None) -> Settings:
     return Settings.load(home, chat_db=archive.chat_db, addressbook_dir=archive.addressbook_dir,
-                         embedding_model=model)
+                         embedding_model=model, **(overrides or {}))
 
 
 def throughput(run: dict[str, Any], tokens: int | None) -> dict[str, Any]:
@@ -506,7 +514,7 @@ def compare_on_sample(args: argparse.Namespace, work: Path, embedder: Any) -> di
     from brb_pipeline.demo.generate import build_demo_archive
 
     archive = build_demo_archive(work / "sample_archive", messages=args.sample, seed=args.seed)
-    s = settings_for(work / "sample_home", archive, args.model)
+    s = settings_for(work / "sample_home", archive, args.model, args.set)
     default = measured_ingest(s, embedder, analyze=False)
     f = default["functions"]
     chunks = all_chunks(s)
@@ -591,10 +599,12 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _fmt(v: Any) -> str:
+def _fmt(v: Any, digits: int | None = None) -> str:
     if v is None:
         return "-"
     if isinstance(v, float):
+        if digits is not None:
+            return f"{v:,.{digits}f}"
         return f"{v:,.3f}" if abs(v) < 10 else f"{v:,.1f}"
     if isinstance(v, int):
         return f"{v:,}"
@@ -619,20 +629,22 @@ def markdown(res: dict[str, Any]) -> str:
         L.append("|---|---:|---:|---:|---:|---:|---:|")
         for st, v in full["stages"].items():
             L.append(f"| {st} | {_fmt(v['seconds'])} | {100 * v['share']:.1f}% | {_fmt(v['span_s'])} | "
-                     f"{_fmt(v['peak_rss_mb'])} | {_fmt(v['peak_rss_delta_mb'])} | {_fmt(v['working_set_mb'])} |")
-        L.append(f"| **total** | **{_fmt(full['total_s'])}** | 100% | | {_fmt(full.get('peak_rss_mb'))} | | |\n")
+                     f"{_fmt(v['peak_rss_mb'], 1)} | {_fmt(v['peak_rss_delta_mb'], 1)} | {_fmt(v['working_set_mb'], 1)} |")
+        L.append(f"| **total** | **{_fmt(full['total_s'])}** | 100% | | {_fmt(full.get('peak_rss_mb'), 1)} | | |\n")
         L.append("Seconds are spent inside the stage's functions (orchestration: Dagster runs and bookkeeping "
                  "between them); the progress span runs from a stage's first to its last progress update and "
                  "overlaps other stages (chunking and embedding alternate per batch; saving's last update "
                  "comes after analyzing). Peak RSS is the process's, sampled every "
-                 f"{cfg['rss_sample_every_s']} s while the stage runs.\n")
+                 f"{cfg['rss_sample_every_s']} s while the stage runs, so it includes heap that earlier "
+                 "stages left behind (in one Dagster run the index builds follow the projection); the "
+                 "growth within one call is the stage's own working set.\n")
         t, st = full["throughput"], full["store"]
         L.append(f"Throughput: {_fmt(t['messages_per_s'])} messages/s end to end; embedding "
                  f"{_fmt(t['chunks_per_s_embedding'])} chunks/s, "
                  + (f"{_fmt(t['tokens_per_s_embedding'])} tokens/s ({_fmt(t['avg_tokens_per_chunk'])} tokens/chunk, "
                     f"{full['tokens_counted_with']})." if t["tokens"] else f"tokens/s n/a ({full['tokens_counted_with']}).")
                  )
-        L.append(f"\nStore: DuckDB {_fmt(st['duckdb_mb'])} MB, {st['rows']:,} rows; HNSW build {_fmt(st['hnsw_build_s'])} s, "
+        L.append(f"\nStore: DuckDB {_fmt(st['duckdb_mb'], 1)} MB, {st['rows']:,} rows; HNSW build {_fmt(st['hnsw_build_s'])} s, "
                  f"BM25 build {_fmt(st['bm25_build_s'])} s.")
         sr = full.get("search") or {}
         if sr.get("queries"):
@@ -673,7 +685,7 @@ def markdown(res: dict[str, Any]) -> str:
         L.append("|---|" + "---:|" * (len(sizes) + 1))
         keys = ("peak_rss_mb", "peak_rss_delta_mb", "working_set_mb")
         for st in rss["peak_rss_mb"]["by_size"]:
-            cells = [" / ".join(_fmt(rss[k]["by_size"][st].get(str(n))) for k in keys) for n in sizes]
+            cells = [" / ".join(_fmt(rss[k]["by_size"][st].get(str(n)), 1) for k in keys) for n in sizes]
             ratios = " / ".join(_fmt(rss[k]["ratio"].get(st)) for k in keys)
             L.append(f"| {st} | " + " | ".join(cells) + f" | {ratios} |")
         L.append("")
@@ -704,12 +716,14 @@ def run_main(args: argparse.Namespace, work: Path, res: dict[str, Any]) -> None:
     archive = build_demo_archive(work / "archive", messages=args.messages, seed=args.seed)
     res["archive"] = {"messages": args.messages or FULL_CORPUS, "build_s": round(time.perf_counter() - t, 3),
                       "counts": archive.counts}
-    s = settings_for(work / "home", archive, args.model)
+    s = settings_for(work / "home", archive, args.model, args.set)
     embedder, res["model_load_s"] = load_model(s)
     res["embedding_model_id"] = embedder.model_id
     print(f"bench_e2e - full run: {res['archive']['messages']:,} messages, model {embedder.model_id}", file=sys.stderr)
     full = measured_ingest(s, embedder, analyze=True)
     full["peak_rss_mb"] = max((v["peak_rss_mb"] or 0) for v in full["stages"].values())
+    hwm = status_kb("VmHWM")
+    full["process_hwm_mb"] = None if hwm is None else round(hwm / 1024, 1)  # kernel's peak, whole process so far
     chunk_texts = all_chunks(s)
     tokens, how = count_tokens(s, embedder, chunk_texts["embedding_text"].to_list() if chunk_texts.height else [])
     full["tokens_counted_with"] = how
@@ -745,7 +759,8 @@ def run_rss_sizes(args: argparse.Namespace, work: Path, res: dict[str, Any]) -> 
         out = work / f"rss_{n}.json"
         cmd = [sys.executable, str(Path(__file__).resolve()), "--messages", str(n), "--model", args.model,
                "--skip-baseline", "--skip-incremental", "--queries", "0", "--seed", str(args.seed),
-               "--workdir", str(work / f"rss_{n}"), "--out", str(out), "--quiet"]
+               "--workdir", str(work / f"rss_{n}"), "--out", str(out), "--quiet",
+               *[a for k, v in args.set.items() for a in ("--set", f"{k}={v}")]]
         print(f"bench_e2e - RSS at {n:,} messages (subprocess)", file=sys.stderr)
         subprocess.run(cmd, check=True)
         sub = json.loads(out.read_text())
@@ -775,6 +790,16 @@ def _sizes(text: str) -> list[int]:
     return sorted(sizes)
 
 
+def _setting(text: str) -> tuple[str, str]:
+    import dataclasses
+
+    key, sep, value = text.partition("=")
+    names = {f.name for f in dataclasses.fields(Settings)} - {"home", "chat_db", "addressbook_dir", "embedding_model"}
+    if not sep or key not in names:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE with KEY a setting ({', '.join(sorted(names)[:6])}, ...), got {text!r}")
+    return key, value
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--messages", type=int, default=None, help="archive size (default: the full chitchat corpus)")
@@ -786,11 +811,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--incremental-contacts", type=int, default=3)
     p.add_argument("--queries", type=int, default=100, help="hybrid search queries for latency (0: skip)")
     p.add_argument("--rss-sizes", type=_sizes, default=None, help="comma-separated archive sizes: peak RSS per stage per size")
+    p.add_argument("--set", type=_setting, action="append", default=[], metavar="KEY=VALUE",
+                   help="a Settings override for every run (e.g. token_budget=16384); repeatable")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--workdir", default=None, help="where archives and homes go (default: a temp dir, removed)")
     p.add_argument("--out", default=None, help="JSON path (default benchmarks/results/e2e.json, e2e_rss.json)")
     p.add_argument("--quiet", action="store_true", help="no table on stdout")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.set = dict(args.set)
+    return args
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -802,6 +831,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join([".venv/bin/python", "benchmarks/bench_e2e.py", *map(shlex.quote, shown)]),
         "config": {"messages": args.messages, "sample": args.sample, "model": args.model, "seed": args.seed,
+                   "settings_overrides": args.set,
                    "queries": args.queries, "incremental_pct": args.incremental_pct,
                    "rss_sample_every_s": SAMPLE_EVERY_S},
     }
