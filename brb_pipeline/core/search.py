@@ -105,7 +105,7 @@ def _filters(
     clauses: list[str] = []
     params: list = []
     if contact_ids is not None:
-        clauses.append("contact_id IN (SELECT unnest(?::VARCHAR[]))")
+        clauses.append("list_contains(?::VARCHAR[], contact_id)")
         params.append(list(contact_ids))
     if channel is not None:
         clauses.append("channel = ?")
@@ -328,7 +328,8 @@ def _fetch(con: duckdb.DuckDBPyConnection, chunk_ids: list[str]) -> dict[str, Hi
     if not chunk_ids:
         return {}
     rows = con.execute(
-        f"SELECT {_HIT_COLUMNS} FROM chunks WHERE chunk_id IN (SELECT unnest(?::VARCHAR[]))", [chunk_ids]
+        # list_contains measured ~2x faster than IN (SELECT unnest(?)) and IN (?, ?, ...) here.
+        f"SELECT {_HIT_COLUMNS} FROM chunks WHERE list_contains(?::VARCHAR[], chunk_id)", [chunk_ids]
     ).fetchall()
     return {r[0]: Hit(*r) for r in rows}
 
