@@ -11,7 +11,7 @@ same for every strategy and is timed separately, outside the strategies:
   Parquet part every 5K rows, then one ``load_partitions`` of all parts.
 
 Run: ``.venv/bin/python benchmarks/bench_writes.py [--messages 10000] [--dim 384]``.
-Writes ``benchmarks/results/bench_writes.json``.
+Writes ``benchmarks/results/bench_writes.json`` (``bench_writes_<messages>.json`` for other sizes).
 """
 
 from __future__ import annotations
@@ -229,8 +229,9 @@ def main() -> None:
         "results": results,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "bench_writes.json").write_text(json.dumps(out, indent=2))
-    print(f"Writes - wrote {RESULTS / 'bench_writes.json'}")
+    name = "bench_writes.json" if args.messages == 10_000 else f"bench_writes_{args.messages}.json"
+    (RESULTS / name).write_text(json.dumps(out, indent=2))
+    print(f"Writes - wrote {RESULTS / name}")
 
 
 if __name__ == "__main__":
