@@ -377,3 +377,11 @@ def test_make_labeler_follows_settings(tmp_path):
     assert isinstance(make_labeler(Settings(home=tmp_path)), TfidfLabeler)
     llm = make_labeler(Settings(home=tmp_path, labeler_model_path=tmp_path / "m", seed=7))
     assert isinstance(llm, MLXLMLabeler) and llm.model_path == tmp_path / "m" and llm.seed == 7
+
+
+def test_tfidf_samples_large_clusters_deterministically():
+    docs = _docs()
+    big = [ClusterDocs(d.cluster_id, d.texts * 10) for d in docs]  # 30-40 chunks each
+    sampled = TfidfLabeler(max_docs=6, seed=1).label(big)
+    assert sampled == TfidfLabeler(max_docs=6, seed=1).label(big)
+    assert "flights" in sampled[0].terms[:3] and "penalty" in sampled[2].terms[:3]

@@ -133,6 +133,7 @@ def message_bodies(content: str) -> tuple[list[str], set[str]]:
 
 
 _ELONGATED = re.compile(r"(.)\1{2,}")  # "yesss" -> "yes", "soooo" -> "so"
+_LAUGH_FIRST = frozenset("ahlxjkwхه")
 _LAUGH = re.compile(r"^(?:(?:a?h+a+)+h?|(?:h+e+)+h?|l+o+l+(?:o+l+)*|x+d+|(?:ja)+j?|(?:ha)+|"
                     r"(?:ah)+|k{3,}|(?:ха)+|(?:هه)+|w{3,})$")
 
@@ -153,9 +154,9 @@ def tokenize(text: str, drop: frozenset[str] | set[str] = frozenset(), *,
     """
     stops = stop_words()
     out: list[str | None] = []
-    for tok in _WORD.findall(normalize_case(text)):
-        tok = _ELONGATED.sub(r"\1", tok.strip("'’-"))
-        if len(tok) < 2 or tok in stops or tok in drop or _LAUGH.match(tok):
+    for tok in _WORD.findall(_ELONGATED.sub(r"\1", normalize_case(text))):
+        if (len(tok) < 2 or tok in stops or tok in drop
+                or (tok[0] in _LAUGH_FIRST and _LAUGH.match(tok))):
             if keep_gaps and (not out or out[-1] is not None):
                 out.append(None)
             continue
@@ -219,13 +220,20 @@ class TfidfLabeler:
         ngram_range: word n-grams counted; (1, 2) adds bigrams such as "birthday party".
         min_df: smallest number of chunks a term must occur in (across all clusters);
             applied only when there are at least 20 chunks, so tiny inputs still get labels.
+        max_docs: chunks read per cluster at most (a seeded sample beyond it): top terms of a
+            large cluster are stable long before its 10,000th chunk, and this bounds the time
+            and memory of a full-corpus run.
+        seed: seeds that sample.
     """
 
     source = "tfidf"
 
     def __init__(self, *, n_terms: int = 10, label_terms: int = 3,
-                 ngram_range: tuple[int, int] = (1, 2), min_df: int = 2) -> None:
+                 ngram_range: tuple[int, int] = (1, 2), min_df: int = 2, max_docs: int = 1500,
+                 seed: int = 42) -> None:
         self.n_terms = n_terms
+        self.max_docs = max_docs
+        self.seed = seed
         self.label_terms = label_terms
         self.ngram_range = ngram_range
         self.min_df = min_df
@@ -236,8 +244,13 @@ class TfidfLabeler:
 
         docs: list[list[str]] = []  # per chunk: tokens after cleaning
         owner: list[int] = []  # per chunk: index into clusters
+        rng = np.random.default_rng(self.seed)
         for ci, c in enumerate(clusters):
-            for content in c.texts:
+            texts_in = c.texts
+            if len(texts_in) > self.max_docs:
+                keep = np.sort(rng.choice(len(texts_in), self.max_docs, replace=False))
+                texts_in = [texts_in[i] for i in keep]
+            for content in texts_in:
                 texts, senders = message_bodies(content)
                 drop = _name_tokens(senders)
                 doc: list[str | None] = []
@@ -301,6 +314,9 @@ def _top_terms(row: np.ndarray, vocab: np.ndarray, n: int) -> list[str]:
     nz = np.flatnonzero(row > 0)
     if nz.size == 0:
         return []
+    if nz.size > 4 * n + 64:  # only the best few need the exact tie-broken sort
+        cut = np.partition(row[nz], -(4 * n))[-(4 * n)]
+        nz = nz[row[nz] >= cut]
     order = sorted(nz.tolist(), key=lambda j: (-round(float(row[j]), 12), vocab[j]))
     return [str(vocab[j]) for j in order[:n]]
 
