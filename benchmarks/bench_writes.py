@@ -193,6 +193,13 @@ def main() -> None:
     emb = random_vectors(chunks.height, args.dim)
     model = "bench-random@0"
     print(f"Writes - {args.messages} messages -> {chunks.height} chunks of {args.dim}-d, batch {BATCH}")
+    # Warm-up, untimed: first calls pay one-off costs (pyarrow's Parquet writer, pandas
+    # conversion, DuckDB's Parquet reader: ~0.5 s) that would land on whichever runs first.
+    for fn in STRATEGIES.values():
+        with tempfile.TemporaryDirectory(prefix="bench_writes_warm_") as d:
+            con = duck.connect(Path(d) / "brb.duckdb")
+            fn(con, Path(d), chunks.head(256), emb[:256], model)
+            con.close()
     results = {}
     connect_s: list[float] = []
     for name, fn in STRATEGIES.items():
