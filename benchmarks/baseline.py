@@ -11,6 +11,9 @@ What a straightforward tool does with the same chunks:
   time, and the BM25 index is rebuilt after every insert batch (DuckDB's FTS index is a static
   snapshot, so a tool that wants new rows searchable right away must rebuild it).
 
+``MLXEmbedder(backend="reference")`` cannot stand in for the naive path: it runs the same stock
+model but still length-sorts and cuts batches by token budget, so the loop is written out here.
+
 The same process has already loaded OpenBLAS for MLX (:mod:`brb_pipeline.core.blas`), so the
 baseline gets fast GEMMs too: the comparison is about batching and write strategy, not the BLAS.
 """

@@ -296,9 +296,11 @@ def model_dir(s: Settings, embedder: Any) -> Path | None:
 
 def count_tokens(s: Settings, embedder: Any, texts: list[str]) -> tuple[int | None, str]:
     """Tokens the model sees for ``texts`` (truncated at ``max_tokens``), and how they were counted."""
+    if s.embedding_model == "hash" or str(getattr(embedder, "model_id", "")).startswith("hash-"):
+        return None, "hash embedder: no model tokenizer, chunks/s only"
     fn = getattr(embedder, "count_tokens", None)
     if callable(fn):
-        return int(fn(texts)), "embedder.count_tokens"
+        return int(fn(texts)), f"the embedder's tokenizer, truncated at {s.max_tokens}"
     d = model_dir(s, embedder)
     if d is None or not (d / "tokenizer.json").exists():
         return None, "no tokenizer for this model: chunks/s only"
@@ -524,7 +526,7 @@ def compare_on_sample(args: argparse.Namespace, work: Path, embedder: Any) -> di
         t = time.perf_counter()
         naive = baseline.NaiveMLXEmbedder(d, max_tokens=s.max_tokens)
         naive_load = time.perf_counter() - t
-        kind = f"stock mlx-embeddings ({d.name}), unsorted batches of {baseline.BATCH}"
+        kind = f"stock mlx-embeddings ({s.embedding_model}), unsorted batches of {baseline.BATCH}"
     else:
         naive, naive_load = baseline.FixedBatches(embedder), 0.0
         kind = f"{embedder.model_id} in unsorted batches of {baseline.BATCH} (no MLX model for this --model)"
