@@ -1,10 +1,11 @@
 """Hybrid search over the chunk store: HNSW vectors + BM25 text, fused with Reciprocal Rank Fusion.
 
-Query forms (measured on duckdb 1.4.4, 20K x 384-d, see ``benchmarks/bench_search.py``):
+Query forms (measured on duckdb 1.4.4, see ``benchmarks/bench_search.py`` and its JSON):
 
 * Unfiltered vector search is ``ORDER BY array_cosine_distance(embedding, ?::FLOAT[d]) LIMIT n``
   with the vector bound as a parameter; the plan uses ``HNSW_INDEX_SCAN`` and it was faster than
-  an inlined literal here (6 ms vs 11 ms p50: parsing 384 float literals costs more than binding).
+  an inlined literal in every run here (20K chunks: 6 vs 11 ms p50; 64K: 12.5 vs 19 ms), unlike
+  the 1.5.5 measurement in DESIGN.md: parsing 384 float literals costs more than binding.
 * Filtered vector search is an exact scan over the filtered rows. DuckDB applies a ``WHERE``
   after the HNSW top-n, so a filtered HNSW query can return fewer than k rows; the exact scan
   applies filters first and is cheap when the filter is selective (a contact). The optimizer
