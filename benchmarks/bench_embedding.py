@@ -1,0 +1,298 @@
+"""Embedding throughput: our MLX paths vs sentence-transformers on torch CPU, same texts, one run.
+
+Texts are real chat chunks: 8-message windows (stride 4) over chitchat conversations,
+formatted like the pipeline's chunks (a ``Conversation with <name>, <date range>`` header,
+then ``<sender> (HH:MM): <text>`` lines, via ``brb_pipeline.core.chunking``).
+
+Rows:
+- ``mlx-refblas-stock-sorted32``: stock mlx-embeddings, MLX's bundled reference BLAS (run in a
+  subprocess without ensure_fast_blas), length-sorted batches of 32; on a subset (slow).
+- ``mlx-openblas-stock-unsorted32`` / ``-sorted32`` / ``-budget``: stock mlx-embeddings with
+  OpenBLAS; fixed batches of 32 in input order, length-sorted, and token-budget batches
+  (``MLXEmbedder(backend="reference")``).
+- ``mlx-fast-allmlx``: our fast forward with softmax/GELU left in MLX (``elementwise="mlx"``).
+- ``mlx-fast`` (default path): ``MLXEmbedder(backend="fast")``.
+- ``torch-st``: sentence-transformers on torch CPU, 2 threads, batch 32, same model dir.
+
+Columns: chunks/s and tokens/s (wall), CPU seconds per 100 chunks (less sensitive to the
+shared machine's load), ratio vs torch, share of the GEMM bound (GEMM GFLOP/s measured in this
+run x FLOPs per token), cosine min/mean vs the torch embeddings.
+
+Run ``bash benchmarks/setup_bench.sh`` once to install the torch peer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+if os.environ.get("BRB_NO_FAST_BLAS") != "1":
+    from brb_pipeline.core.blas import ensure_fast_blas
+
+    ensure_fast_blas()
+
+import numpy as np  # noqa: E402
+
+NAMES = ["Ayşe", "Ben", "Chloe", "Dmitri", "Elif", "Farah", "Gabriel", "Hana", "Ivan", "Jonas",
+         "Kemal", "Lina", "Mateo", "Noor", "Omar", "Priya"]  # fmt: skip
+
+
+def chunk_texts(n: int, window: int = 8, stride: int = 4) -> list[str]:
+    """``n`` chunk texts from the chitchat corpus, formatted like the pipeline's chunks."""
+    import chitchat_dataset
+
+    from brb_pipeline.core.chunking import message_line, window_bounds
+
+    data = json.loads((Path(chitchat_dataset.__file__).parent / "dataset.json").read_text())
+    names: dict[str, str] = {}
+    out: list[str] = []
+    for conv in data.values():
+        msgs = [m for turn in conv["messages"] for m in turn]
+        for s, e in window_bounds(len(msgs), window, stride):
+            w = msgs[s:e]
+            ts = [datetime.fromisoformat(m["timestamp"].replace("Z", "+00:00")) for m in w]
+            snd = [names.setdefault(m["sender"], f"{NAMES[len(names) % len(NAMES)]} {len(names)}") for m in w]
+            other = next((x for x in snd if x != snd[0]), snd[0])
+            head = f"Conversation with {other}, {ts[0]:%Y-%m-%d %H:%M}–{ts[-1]:%H:%M}"
+            lines = [message_line(sn, t, m["text"], 0, None, 2000) for sn, t, m in zip(snd, ts, w)]
+            out.append("\n".join([head, *lines]))
+            if len(out) >= n:
+                return out
+    return out
+
+
+def model_dir() -> Path:
+    from brb_pipeline.core.embedding import resolve_model
+
+    return resolve_model("bundled:all-MiniLM-L6-v2")
+
+
+def gemm_gflops(n: int = 4096, k: int = 384, m: int = 1536, reps: int = 5) -> float:
+    """Best-of-``reps`` MLX fp32 GEMM GFLOP/s at an FFN-like shape ([n,k] x [k,m])."""
+    import mlx.core as mx
+
+    a = mx.random.normal((n, k))
+    b = mx.random.normal((k, m))
+    mx.eval(a, b, a @ b)
+    best = 0.0
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        mx.eval(a @ b)
+        best = max(best, 2 * n * k * m / (time.perf_counter() - t0) / 1e9)
+    return best
+
+
+class StockMLX:
+    """Stock mlx-embeddings forward with fixed batches (in order or length-sorted)."""
+
+    def __init__(self, path: Path, batch: int, sort: bool, max_tokens: int = 256):
+        import mlx.core as mx
+        from mlx_embeddings.utils import load
+        from tokenizers import Tokenizer
+
+        self.mx = mx
+        self.model, _ = load(str(path))
+        self.tok = Tokenizer.from_file(str(path / "tokenizer.json"))
+        self.tok.no_padding()
+        self.tok.enable_truncation(max_tokens)
+        self.batch, self.sort = batch, sort
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        mx = self.mx
+        ids = [e.ids for e in self.tok.encode_batch(texts)]
+        order = np.argsort([len(x) for x in ids], kind="stable") if self.sort else np.arange(len(ids))
+        out = np.zeros((len(ids), 384), np.float32)
+        for i in range(0, len(order), self.batch):
+            idx = order[i : i + self.batch]
+            L = max(len(ids[k]) for k in idx)
+            arr = np.zeros((len(idx), L), np.int32)
+            mask = np.zeros((len(idx), L), np.int32)
+            for r, k in enumerate(idx):
+                arr[r, : len(ids[k])] = ids[k]
+                mask[r, : len(ids[k])] = 1
+            res = self.model(mx.array(arr), attention_mask=mx.array(mask)).text_embeds
+            mx.eval(res)
+            out[idx] = np.array(res)
+        return out
+
+
+class TorchST:
+    def __init__(self, path: Path, threads: int = 2):
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        torch.set_num_threads(threads)
+        self.m = SentenceTransformer(str(path), device="cpu")
+        self.m.max_seq_length = 256
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        return self.m.encode(texts, batch_size=32, normalize_embeddings=True, convert_to_numpy=True).astype(np.float32)
+
+
+def timed(embed, texts: list[str], repeats: int) -> tuple[float, float, np.ndarray]:
+    """Best wall seconds and CPU seconds over ``repeats`` runs after a warm-up, and the vectors."""
+    embed(texts[: min(32, len(texts))])
+    best_wall, best_cpu, vecs = float("inf"), float("inf"), None
+    for _ in range(repeats):
+        c0, t0 = time.process_time(), time.perf_counter()
+        vecs = embed(texts)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        if wall < best_wall:
+            best_wall, best_cpu = wall, cpu
+    return best_wall, best_cpu, vecs
+
+
+def child_refblas(n: int, out: str) -> None:
+    """Subprocess body: stock mlx-embeddings on MLX's reference BLAS."""
+    texts = chunk_texts(n)
+    wall, cpu, vecs = timed(StockMLX(model_dir(), 32, True).embed, texts, 1)
+    np.save(out, vecs)
+    print(json.dumps({"wall": wall, "cpu": cpu, "gemm_gflops": gemm_gflops(1024, 384, 1536, 3)}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--chunks", type=int, default=384)
+    ap.add_argument("--slow-chunks", type=int, default=64, help="subset for the reference-BLAS row")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--skip", default="", help="comma-separated row names to skip")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks/results/embedding.json"))
+    ap.add_argument("--child-refblas", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--child-out", default="", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child_refblas:
+        child_refblas(args.child_refblas, args.child_out)
+        return
+
+    from brb_pipeline.core import blas
+    from brb_pipeline.core.embedding import MLXEmbedder
+    from brb_pipeline.core.fast_bert import FastBert
+
+    path = model_dir()
+    texts = chunk_texts(args.chunks)
+    fast = MLXEmbedder(backend="fast")
+    lengths = np.array([len(x) for x in fast.tokenize(texts)])
+    tokens = int(lengths.sum())
+    avg_len = float(lengths.mean())
+    # FLOPs per token: 4 GEMMs per layer (2 * params) + attention scores and context (4 * L * H).
+    cfg = json.loads((path / "config.json").read_text())
+    H, I, nl = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
+    gemm_flops_tok = nl * 2 * (4 * H * H + 2 * H * I)
+    attn_flops_tok = nl * 4 * avg_len * H
+    gflops = gemm_gflops()
+    bound_cps = gflops * 1e9 / ((gemm_flops_tok + attn_flops_tok) * avg_len)
+    skip = set(filter(None, args.skip.split(",")))
+    print(f"Embedding bench - {len(texts)} chunks, {tokens} tokens (avg {avg_len:.1f}, max {lengths.max()}), "
+          f"MLX GEMM {gflops:.1f} GFLOP/s, {(gemm_flops_tok + attn_flops_tok) / 1e6:.1f} MFLOP/token, "
+          f"bound {bound_cps:.1f} chunks/s; OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE')}", flush=True)
+
+    rows: list[dict] = []
+    ref_vecs: np.ndarray | None = None
+
+    def add(name: str, embed, n_texts: list[str], note: str = "") -> None:
+        nonlocal ref_vecs
+        if name in skip:
+            return
+        wall, cpu, vecs = timed(embed, n_texts, args.repeats)
+        ntok = int(lengths[: len(n_texts)].sum())
+        row = {"row": name, "chunks": len(n_texts), "chunks_per_s": len(n_texts) / wall,
+               "tokens_per_s": ntok / wall, "cpu_s_per_100": 100 * cpu / len(n_texts), "note": note}
+        if name == "torch-st":
+            ref_vecs = vecs
+        row["_vecs"] = vecs
+        rows.append(row)
+        print(f"  {name:32s} {row['chunks_per_s']:7.1f} chunks/s  cpu {row['cpu_s_per_100']:.2f} s/100", flush=True)
+
+    # Torch first (the reference for cosines), and again at the end to see machine drift.
+    have_torch = True
+    try:
+        torch_st = TorchST(path)
+    except ImportError:
+        have_torch = False
+        print("  torch-st: not installed (bash benchmarks/setup_bench.sh)")
+    if have_torch:
+        add("torch-st", torch_st.embed, texts, "sentence-transformers, torch CPU, 2 threads, batch 32")
+    add("mlx-fast", fast.embed, texts, "default: fast_bert, 2 streams, numpy softmax/GELU, budget 8192")
+    fb_mlx = FastBert(path, elementwise="mlx", gelu="erf")
+
+    def allmlx(ts: list[str]) -> np.ndarray:
+        saved = fast._fast
+        fast._fast = fb_mlx
+        try:
+            return fast.embed(ts)
+        finally:
+            fast._fast = saved
+
+    add("mlx-fast-allmlx", allmlx, texts, "fast_bert, 2 streams, softmax + exact GELU in MLX (compiled)")
+    ref_be = MLXEmbedder(backend="reference")
+    add("mlx-openblas-stock-budget", ref_be.embed, texts, "mlx-embeddings, sorted, token budget 8192")
+    add("mlx-openblas-stock-sorted32", StockMLX(path, 32, True).embed, texts, "mlx-embeddings, sorted, batch 32")
+    add("mlx-openblas-stock-unsorted32", StockMLX(path, 32, False).embed, texts[: max(args.slow_chunks * 2, 64)],
+        "mlx-embeddings, input order, batch 32 (subset)")
+    if have_torch:
+        add("torch-st-again", torch_st.embed, texts, "torch row repeated at the end (machine drift)")
+
+    if "mlx-refblas-stock-sorted32" not in skip:
+        tmp = Path("/tmp") / f"brb_refblas_{os.getpid()}.npy"
+        env = dict(os.environ, BRB_NO_FAST_BLAS="1")
+        res = subprocess.run([sys.executable, __file__, "--child-refblas", str(args.slow_chunks), "--child-out", str(tmp)],
+                             capture_output=True, text=True, env=env, timeout=3600)
+        if res.returncode == 0:
+            child = json.loads(res.stdout.strip().splitlines()[-1])
+            n = args.slow_chunks
+            rows.append({"row": "mlx-refblas-stock-sorted32", "chunks": n, "chunks_per_s": n / child["wall"],
+                         "tokens_per_s": int(lengths[:n].sum()) / child["wall"], "cpu_s_per_100": 100 * child["cpu"] / n,
+                         "note": f"mlx-embeddings on MLX's reference BLAS (GEMM {child['gemm_gflops']:.1f} GFLOP/s), subset",
+                         "_vecs": np.load(tmp)})
+            tmp.unlink(missing_ok=True)
+            print(f"  mlx-refblas-stock-sorted32 {rows[-1]['chunks_per_s']:7.1f} chunks/s", flush=True)
+        else:
+            print("  mlx-refblas-stock-sorted32 failed:", res.stderr.strip().splitlines()[-1:])
+
+    torch_cps = [r["chunks_per_s"] for r in rows if r["row"].startswith("torch-st")]
+    torch_best = max(torch_cps) if torch_cps else None
+    for r in rows:
+        vecs = r.pop("_vecs")
+        r["ratio_vs_torch"] = r["chunks_per_s"] / torch_best if torch_best else None
+        r["share_of_gemm_bound"] = r["chunks_per_s"] / bound_cps
+        if ref_vecs is not None:
+            cos = (vecs * ref_vecs[: len(vecs)]).sum(1)
+            r["cos_min"], r["cos_mean"] = float(cos.min()), float(cos.mean())
+
+    print()
+    hdr = f"{'row':32s} {'n':>5s} {'chunks/s':>9s} {'tokens/s':>9s} {'cpu s/100':>9s} {'vs torch':>8s} {'GEMM bnd':>8s} {'cos min':>9s} {'cos mean':>9s}"
+    print(hdr)
+    print("-" * len(hdr))
+    for r in rows:
+        ratio = f"{r['ratio_vs_torch']:.2f}x" if r.get("ratio_vs_torch") else "-"
+        cmin = f"{r['cos_min']:.6f}" if "cos_min" in r else "-"
+        cmean = f"{r['cos_mean']:.6f}" if "cos_mean" in r else "-"
+        print(f"{r['row']:32s} {r['chunks']:5d} {r['chunks_per_s']:9.1f} {r['tokens_per_s']:9.0f} {r['cpu_s_per_100']:9.2f} "
+              f"{ratio:>8s} {100 * r['share_of_gemm_bound']:7.0f}% {cmin:>9s} {cmean:>9s}")
+    result = {
+        "benchmark": "embedding", "when": datetime.utcnow().isoformat(timespec="seconds") + "Z",
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                    "load_avg_at_end": os.getloadavg(), "openblas": blas.ensure_fast_blas(),
+                    "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE")},
+        "texts": {"chunks": len(texts), "tokens": tokens, "avg_tokens": avg_len, "max_tokens": int(lengths.max()),
+                  "source": "chitchat_dataset, 8-message windows, stride 4"},
+        "gemm_gflops": gflops, "mflop_per_token": (gemm_flops_tok + attn_flops_tok) / 1e6,
+        "gemm_bound_chunks_per_s": bound_cps, "rows": rows,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2))
+    print(f"\nwrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
