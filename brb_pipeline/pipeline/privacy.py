@@ -91,10 +91,18 @@ def forget_contacts(s: Settings, contact_ids: list[str]) -> dict[str, Any]:
     handles = sorted({h for hs in mine["handles"].to_list() for h in (hs or [])}) if mine.height else []
     batches = sorted(set(mine["batch"].drop_nulls().to_list())) if mine.height else []
     chat_ids: set[str] = set()
+    shared: list[str] = []  # group chats they wrote in: their chunks hold the person's lines
     if paths.messages(s).exists():
-        m = pl.scan_parquet(paths.messages(s)).filter(pl.col("contact_id").is_in(contact_ids)) \
-            .select("chat_id").unique().collect()
-        chat_ids = set(m["chat_id"].to_list())
+        m = pl.scan_parquet(paths.messages(s))
+        chat_ids = set(m.filter(pl.col("contact_id").is_in(contact_ids)).select("chat_id").unique()
+                       .collect()["chat_id"].to_list())
+        if handles:
+            shared = sorted(set(m.filter(pl.col("sender").is_in(handles) & ~pl.col("contact_id").is_in(contact_ids))
+                                .select("contact_id").unique().collect()["contact_id"].to_list()))
+    if shared:
+        batches = sorted(set(batches) | set(contacts.filter(pl.col("contact_id").is_in(shared))["batch"]
+                                            .drop_nulls().to_list()))
+    report["shared_chats_cleared"] = len(shared)
     salt = _salt(s)
     with metadata.connect(s.brb_db) as c:
         c.execute(FORGOTTEN_DDL)
@@ -107,8 +115,9 @@ def forget_contacts(s: Settings, contact_ids: list[str]) -> dict[str, Any]:
         c.executemany("UPDATE batches SET embedded_fingerprint = NULL, loaded_fingerprint = NULL WHERE batch = ?",
                       [(b,) for b in batches])
         c.execute("DELETE FROM clusters")
-    # staging: parsed and contact-resolved messages
-    report["staging_messages"] = _filter_parquet(paths.messages(s), ~pl.col("contact_id").is_in(contact_ids))
+    # staging: parsed and contact-resolved messages (their lines in shared group chats too)
+    mine_expr = pl.col("contact_id").is_in(contact_ids) | pl.col("sender").fill_null("").is_in(handles)
+    report["staging_messages"] = _filter_parquet(paths.messages(s), ~mine_expr)
     if paths.parsed_messages(s).exists():
         keep = ~pl.col("chat_id").is_in(list(chat_ids))
         if handles:
@@ -117,15 +126,18 @@ def forget_contacts(s: Settings, contact_ids: list[str]) -> dict[str, Any]:
         _filter_parquet(paths.parsed_chats(s), ~pl.col("chat_id").is_in(list(chat_ids)))
     # staging: per-batch chunks and embeddings (keep the partition's schema metadata)
     removed_chunk_ids: set[str] = set()
+    # Group chats they wrote in lose their chunks until the next ingestion re-chunks them without
+    # the person's lines (their messages are filtered out of every later parse).
+    doomed = list(contact_ids) + shared
     for b in batches:
-        _filter_parquet(paths.chunks(s, b), ~pl.col("contact_id").is_in(contact_ids))
-        removed_chunk_ids |= _filter_partition(partition_path(s.staging_dir, b), contact_ids)
+        _filter_parquet(paths.chunks(s, b), ~pl.col("contact_id").is_in(doomed))
+        removed_chunk_ids |= _filter_partition(partition_path(s.staging_dir, b), doomed)
     report["staging_chunks"] = len(removed_chunk_ids)
     # DuckDB rows and indexes (indexes are rebuilt without them)
     if s.duckdb_path.exists():
         con = duck.connect(s.duckdb_path)
         try:
-            report["store_rows"] = delete_contacts(con, contact_ids)
+            report["store_rows"] = delete_contacts(con, doomed)
         finally:
             con.close()
     # search log entries that routed to them or returned their chunks
