@@ -42,7 +42,8 @@ def test_same_seed_same_layout_and_clusters_stay_apart():
 
 def test_sample_then_transform_path_places_every_row():
     x, labels = _sphere(150)
-    p = project(x, pca_dim=10, n_neighbors=8, sample=60, seed=3)
+    # 90 rows to place in blocks of 32: three transform calls.
+    p = project(x, pca_dim=10, n_neighbors=8, sample=60, seed=3, transform_block=32)
     assert p.method == "umap-sampled" and p.fitted_on == 60
     assert p.xy.shape == (150, 2) and p.xyz.shape == (150, 3)
     assert np.isfinite(p.xy).all() and np.isfinite(p.xyz).all()
@@ -50,7 +51,7 @@ def test_sample_then_transform_path_places_every_row():
     d = np.linalg.norm(p.xy[:, None, :] - p.xy[None, :, :], axis=2)
     np.fill_diagonal(d, np.inf)
     assert np.mean(labels[np.argmin(d, axis=1)] == labels) > 0.9
-    q = project(x, pca_dim=10, n_neighbors=8, sample=60, seed=3)
+    q = project(x, pca_dim=10, n_neighbors=8, sample=60, seed=3, transform_block=32)
     assert np.array_equal(p.xy, q.xy)
 
 
