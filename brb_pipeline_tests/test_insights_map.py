@@ -171,3 +171,22 @@ def test_3d_view_uses_its_own_layout_and_partial_summary_is_completed(tmp_path):
     # A summary without positions (e.g. joined from elsewhere) still places labels.
     files = write_map(tmp_path, pts, summ.select("cluster_id", "label", "size"), title="t")
     assert files.png.stat().st_size > 10_000
+
+
+def test_png_labels_do_not_overlap():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from brb_pipeline.core.insights_map import _declutter
+
+    fig = Figure(figsize=(4, 3), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    ax.set_xlim(0, 10)
+    ax.set_ylim(0, 10)
+    texts = [ax.text(5, 5, f"Cluster label number {i}", ha="center") for i in range(4)]
+    _declutter(fig, texts)  # four labels at the same spot
+    r = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(r) for t in texts]
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    assert texts[0].get_position() == (5, 5)  # the first (largest cluster) stays put

@@ -244,22 +244,49 @@ def write_png(path: Path, df: pl.DataFrame, summary: pl.DataFrame, title: str) -
     fig = Figure(figsize=(10, 8), dpi=110)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
+    small = df.height <= 5000
     noise = df.filter(pl.col("cluster_id") < 0)
-    ax.scatter(noise["x"].to_numpy(), noise["y"].to_numpy(), s=2 if df.height > 5000 else 6,
+    ax.scatter(noise["x"].to_numpy(), noise["y"].to_numpy(), s=6 if small else 2,
                c=NOISE_COLOR, linewidths=0, rasterized=True)
     clustered = df.filter(pl.col("cluster_id") >= 0)
     colors = [_color(c) for c in clustered["cluster_id"]]
-    ax.scatter(clustered["x"].to_numpy(), clustered["y"].to_numpy(), s=3 if df.height > 5000
-               else 8, c=colors, linewidths=0, alpha=0.8, rasterized=True)
+    ax.scatter(clustered["x"].to_numpy(), clustered["y"].to_numpy(), s=12 if small else 3,
+               c=colors, linewidths=0, alpha=0.8, rasterized=True)
+    texts = []
     for row in summary.filter(pl.col("cluster_id") >= 0).head(40).iter_rows(named=True):
         # "$" would start matplotlib mathtext ("$50 rent" fails to render): escape it.
-        ax.text(row["x"], row["y"], row["label"].replace("$", r"\$"), fontsize=8, ha="center",
-                va="center",
-                path_effects=[pe.withStroke(linewidth=3, foreground="white")])
+        texts.append(ax.text(row["x"], row["y"], row["label"].replace("$", r"\$"), fontsize=8,
+                             ha="center", va="center", zorder=3,
+                             path_effects=[pe.withStroke(linewidth=3, foreground="white")]))
     ax.set_title(title)
     ax.set_axis_off()
     fig.tight_layout()
+    _declutter(fig, texts)  # after the layout: overlaps are measured in final display units
     fig.savefig(path, format="png")
+
+
+def _declutter(fig: Any, texts: list) -> None:
+    """Nudge overlapping labels apart vertically (largest clusters keep their place).
+
+    Greedy: each label, in summary order, moves up or down by its own height, alternating and
+    growing, until its box overlaps no label placed before it (at most 12 tries).
+    """
+    if len(texts) < 2:
+        return
+    renderer = fig.canvas.get_renderer()
+    placed = []
+    for t in texts:
+        box = t.get_window_extent(renderer).expanded(1.05, 1.15)
+        x, y = t.get_position()
+        to_data = t.axes.transData.inverted()
+        h = abs(to_data.transform((0, box.height))[1] - to_data.transform((0, 0))[1])
+        for step in range(1, 13):
+            if not any(box.overlaps(p) for p in placed):
+                break
+            shift = (step + 1) // 2 * h * (1 if step % 2 else -1)
+            t.set_position((x, y + shift))
+            box = t.get_window_extent(renderer).expanded(1.05, 1.15)
+        placed.append(box)
 
 
 def write_map(out_dir: Path, points: pl.DataFrame | Mapping[str, Any],
