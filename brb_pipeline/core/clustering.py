@@ -1,4 +1,4 @@
-"""Clusters for the insights map: HDBSCAN on the 2-D layout, merging, noise reassignment, stable ids.
+"""Insights clusters: HDBSCAN on the 2-D layout, merging, noise reassignment, stable ids.
 
 HDBSCAN runs on the 2-D UMAP layout so the clusters are the blobs the user sees. Two
 corrections then run in embedding space, where similarity means "talks about the same thing":
