@@ -105,7 +105,8 @@ def _run_ingest(s: Settings, progress_mode: str | None, cancel_file: Path | None
             from brb_pipeline.runner import run_ingest
 
             contact_ids = _resolve_contacts(s, contacts) if contacts else None
-            result = run_ingest(s, progress=progress, cancel=cancel, only_contacts=contact_ids, analyze=analyze)
+            result = _in_worker(lambda: run_ingest(s, progress=progress, cancel=cancel, only_contacts=contact_ids,
+                                                   analyze=analyze))
     except BrbError as e:
         if mode == "jsonl":
             JsonlSink(real_stdout).emit({"type": "result", "success": False,
@@ -125,6 +126,32 @@ def _run_ingest(s: Settings, progress_mode: str | None, cancel_file: Path | None
                    f"({len(result['batches_processed'])} of {result['batches']} batches processed) "
                    f"in {result['timings'].get('total', 0):.0f} s; home {s.home}", err=True)
     return result
+
+
+def _in_worker(fn):
+    """Run ``fn`` in a worker thread while the main thread keeps our signal handlers.
+
+    Dagster's in-process executor replaces SIGINT handling on the main thread and raises inside
+    whatever step is running; in a worker thread it leaves signals alone, so Ctrl-C / SIGTERM
+    reach our CancelToken and the run stops cleanly at the next batch boundary.
+    """
+    import threading
+
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["result"] = fn()
+        except BaseException as e:  # re-raised in the main thread
+            box["error"] = e
+
+    t = threading.Thread(target=target, name="brb-ingest", daemon=True)
+    t.start()
+    while t.is_alive():
+        t.join(0.2)
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
 
 
 def _resolve_contacts(s: Settings, names: list[str]) -> list[str]:

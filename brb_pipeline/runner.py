@@ -98,6 +98,12 @@ def run_ingest(
         embedder: an already-loaded embedder (tests pass a fast one).
         analyze: also compute the insights map.
     """
+    from brb_pipeline.sources.snapshot import check_destination
+
+    # missing files are reported by the snapshot; only real source folders are guarded here
+    sources = [p for p in (s.chat_db, s.whatsapp_db if s.whatsapp_enabled else None) if p and Path(p).expanduser().exists()]
+    check_destination(s.home, [Path(p).expanduser().parent for p in sources]
+                      + ([s.addressbook_dir] if s.addressbook_dir else []))
     progress = progress or Progress()
     cancel = cancel or CancelToken()
     runtime = Runtime(progress, cancel, embedder)
@@ -112,9 +118,9 @@ def run_ingest(
         timings["ingest"] = round(time.perf_counter() - t, 3)
         parsed = _meta(r, "parsed_messages")
         batches_meta = _meta(r, "contact_batches")
+        parse_stats = {k: v for k, v in parsed.items() if k.startswith(("stat_", "pct_"))}
         metadata.update_run_stats(s.brb_db, run_id, messages=int(parsed.get("messages", 0)),
-                                  first_ts=parsed.get("first_ts"), last_ts=parsed.get("last_ts"),
-                                  stats={k: v for k, v in parsed.items() if k.startswith(("stat_", "pct_"))})
+                                  first_ts=parsed.get("first_ts"), last_ts=parsed.get("last_ts"), stats=parse_stats)
         all_batches = metadata.all_batches(s.brb_db)
         changed = [b for b in str(batches_meta.get("changed", "none")).split(", ") if b and b != "none"]
         missing = [b["batch"] for b in all_batches if not partition_path(s.staging_dir, b["batch"]).exists()]
@@ -150,7 +156,7 @@ def run_ingest(
             "timings": timings,
         }
         metadata.finish_run(s.brb_db, run_id, status="success", timings=timings,
-                            stats={k: v for k, v in summary.items() if k not in ("batches_processed",)})
+                            stats={**parse_stats, **{k: v for k, v in summary.items() if k != "timings"}})
         return summary
     except CancelledError as e:
         metadata.finish_run(s.brb_db, run_id, status="cancelled", timings=timings, error=str(e))

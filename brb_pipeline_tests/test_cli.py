@@ -53,14 +53,16 @@ def test_missing_chat_db(tmp_path):
 
 
 def test_not_a_database(tmp_path):
-    p = tmp_path / "chat.db"
+    (tmp_path / "src").mkdir()
+    p = tmp_path / "src" / "chat.db"
     p.write_text("this is a text file, not SQLite\n" * 10)
     line = _one_line_error(brb("ingest", "--chat-db", str(p), home=tmp_path / "h"))
     assert "not an SQLite database" in line
 
 
 def test_sqlite_but_not_a_chat_db(tmp_path):
-    p = tmp_path / "other.db"
+    (tmp_path / "src").mkdir()
+    p = tmp_path / "src" / "other.db"
     con = sqlite3.connect(p)
     con.execute("CREATE TABLE notes (id INTEGER, body TEXT)")
     con.commit()
@@ -90,7 +92,8 @@ def test_undecodable_bodies_are_counted_not_fatal(tmp_path):
 
     from brb_pipeline.demo.chatdb_writer import ChatDbBuilder
 
-    b = ChatDbBuilder(tmp_path / "chat.db")
+    (tmp_path / "src").mkdir()
+    b = ChatDbBuilder(tmp_path / "src" / "chat.db")
     h = b.add_handle("+15550100200")
     c = b.add_chat([h])
     t = datetime(2024, 1, 1, tzinfo=timezone.utc)
@@ -99,7 +102,8 @@ def test_undecodable_bodies_are_counted_not_fatal(tmp_path):
     b.add_message(c, h, None, ts=t.replace(hour=2), text_mode="body_null", raw_body=b"\x04\x0bstreamtyped\x81\xe8\x03garbage")
     b.close()
     home = tmp_path / "h"
-    r = brb("ingest", "--chat-db", str(tmp_path / "chat.db"), "--progress", "none", "--no-insights", home=home)
+    r = brb("ingest", "--chat-db", str(tmp_path / "src" / "chat.db"), "--progress", "none", "--no-insights",
+            home=home)
     assert r.returncode == 0, r.stderr[-2000:]
     con = sqlite3.connect(home / "brb.db")
     stats = json.loads(con.execute("SELECT stats_json FROM ingestion_runs ORDER BY started_at DESC").fetchone()[0])
@@ -223,3 +227,12 @@ def test_sigint_mid_embedding_leaves_previous_store_usable(archive, tmp_path):
     assert after["chunks"] == before["chunks"] and after["last_ingestion"]["status"] == "cancelled"
     r = brb("search", "weekend", "--mode", "lexical", "--json", home=home)
     assert r.returncode == 0 and json.loads(r.stdout)["hits"]
+
+
+def test_home_inside_the_messages_folder_is_refused(tmp_path):
+    src = tmp_path / "Messages"
+    src.mkdir()
+    sqlite3.connect(src / "chat.db").close()
+    line = _one_line_error(brb("ingest", "--chat-db", str(src / "chat.db"), home=src / "brb"))
+    assert "inside source folder" in line
+    assert sorted(p.name for p in src.iterdir()) == ["chat.db"]  # nothing written next to the source

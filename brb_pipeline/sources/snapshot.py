@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from brb_pipeline.core.errors import NotADatabaseError, SourceMissingError, UnknownSchemaError
+from brb_pipeline.core.errors import NotADatabaseError, SourceError, SourceMissingError, UnknownSchemaError
 from brb_pipeline.sources.sqlite_ro import open_readonly, translate_sqlite_error
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,23 @@ _OLD_DIRNAME = ".snapshot-old"
 _TMP_PREFIX = ".snapshot-tmp-"
 AB_FILENAME = "AddressBook-v22.abcddb"
 
+
+
+class SnapshotLocationError(SourceError, ValueError):
+    """The snapshot would be written inside a source folder (sources are never written to)."""
+
+
+def check_destination(dest_dir: Path, source_dirs: list[Path]) -> None:
+    """Refuse a home/snapshot folder inside a source folder, before anything is written.
+
+    Raises:
+        SnapshotLocationError.
+    """
+    dest_dir = Path(dest_dir).expanduser()
+    for d in source_dirs:
+        d = Path(d).expanduser()
+        if d.exists() and _inside(dest_dir, d):
+            raise SnapshotLocationError(f"snapshot folder {dest_dir} is inside source folder {d}; choose another --home")
 
 @dataclass
 class Snapshot:
@@ -165,7 +182,7 @@ def take_snapshot(
 
     Raises:
         SourceMissingError (chat.db or a given WhatsApp file missing), NotADatabaseError,
-        DatabaseLockedError, ValueError (dest_dir inside a source folder).
+        DatabaseLockedError, SnapshotLocationError (dest_dir inside a source folder).
     """
     t0 = time.perf_counter()
     dest_dir = Path(dest_dir).expanduser()
@@ -173,12 +190,10 @@ def take_snapshot(
     src_dirs = [Path(p).expanduser().parent for p in sources]
     if addressbook_dir is not None:
         src_dirs.append(Path(addressbook_dir).expanduser())
-    for d in src_dirs:
-        if d.exists() and _inside(dest_dir, d):
-            raise ValueError(f"snapshot folder {dest_dir} is inside source folder {d}; choose another")
     for p, what in ((chat_db, "chat.db"), (whatsapp_db, "WhatsApp ChatStorage.sqlite")):
         if p is not None and not Path(p).expanduser().exists():
             raise SourceMissingError(f"{what} not found at {Path(p).expanduser()}: check the path")
+    check_destination(dest_dir, src_dirs)
 
     dest_dir.mkdir(parents=True, exist_ok=True)
     _recover(dest_dir)
