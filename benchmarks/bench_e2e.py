@@ -680,15 +680,15 @@ def markdown(res: dict[str, Any]) -> str:
     if rss:
         sizes = rss["sizes"]
         L.append(f"## Peak RSS per stage by archive size (model `{cfg['model']}`, one subprocess per size)\n")
-        L.append("MB per stage: process peak RSS / peak over the RSS at the start of the run (imports and "
-                 "model loaded) / the most RSS grew within one call of the stage's functions.\n")
+        L.append("MB per stage: process peak RSS / peak over the RSS at the start of the run (after imports, the "
+                 "model load and the demo archive build) / the most RSS grew within one call of the stage's functions.\n")
         head = " | ".join(f"{n:,} msgs" for n in sizes)
         L.append(f"| stage | {head} | ratio {sizes[-1]:,}/{sizes[0]:,} (peak / over start / growth) |")
         L.append("|---|" + "---:|" * (len(sizes) + 1))
         keys = ("peak_rss_mb", "peak_rss_delta_mb", "working_set_mb")
         for st in rss["peak_rss_mb"]["by_size"]:
             cells = [" / ".join(_fmt(rss[k]["by_size"][st].get(str(n)), 1) for k in keys) for n in sizes]
-            ratios = " / ".join(_fmt(rss[k]["ratio"].get(st)) for k in keys)
+            ratios = " / ".join(_fmt(rss[k]["ratio"].get(st), 2) for k in keys)
             L.append(f"| {st} | " + " | ".join(cells) + f" | {ratios} |")
         L.append("")
         L.append("| size | total s | chunks | start RSS MB | process peak MB |")
