@@ -160,6 +160,36 @@ def child_refblas(n: int, out: str) -> None:
     print(json.dumps({"wall": wall, "cpu": cpu, "gemm_gflops": gemm_gflops(1024, 384, 1536, 3)}))
 
 
+def paired(args: argparse.Namespace, texts: list[str], fast, path: Path) -> None:
+    """Alternate torch-st and mlx-fast rounds: on a shared, noisy machine the per-round ratio
+    is steadier than rows measured minutes apart."""
+    torch_st = TorchST(path)
+    torch_st.embed(texts[:32])
+    fast.embed(texts[:32])
+    rounds = []
+    for i in range(args.paired_only):
+        r = {}
+        for name, fn in (("torch-st", torch_st.embed), ("mlx-fast", fast.embed)) if i % 2 == 0 else (
+                ("mlx-fast", fast.embed), ("torch-st", torch_st.embed)):
+            c0, t0 = time.process_time(), time.perf_counter()
+            fn(texts)
+            r[name] = {"chunks_per_s": len(texts) / (time.perf_counter() - t0),
+                       "cpu_s_per_100": 100 * (time.process_time() - c0) / len(texts)}
+        r["ratio"] = r["mlx-fast"]["chunks_per_s"] / r["torch-st"]["chunks_per_s"]
+        r["load_avg"] = os.getloadavg()[0]
+        rounds.append(r)
+        print(f"  round {i}: torch {r['torch-st']['chunks_per_s']:.1f}  mlx-fast {r['mlx-fast']['chunks_per_s']:.1f} "
+              f"chunks/s  ratio {r['ratio']:.2f}x  (cpu s/100: {r['torch-st']['cpu_s_per_100']:.2f} vs "
+              f"{r['mlx-fast']['cpu_s_per_100']:.2f}; load {r['load_avg']:.1f})", flush=True)
+    out = Path(args.out)
+    result = json.loads(out.read_text()) if out.exists() else {}
+    ratios = sorted(r["ratio"] for r in rounds)
+    result["paired"] = {"chunks": len(texts), "rounds": rounds, "median_ratio": ratios[len(ratios) // 2],
+                        "when": datetime.utcnow().isoformat(timespec="seconds") + "Z"}
+    out.write_text(json.dumps(result, indent=2))
+    print(f"paired median ratio mlx-fast / torch-st: {ratios[len(ratios) // 2]:.2f}x; wrote {out}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--chunks", type=int, default=384)
@@ -167,6 +197,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--skip", default="", help="comma-separated row names to skip")
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/embedding.json"))
+    ap.add_argument("--paired-only", type=int, default=0,
+                    help="only run N alternating torch-st / mlx-fast rounds and merge them into --out as 'paired'")
     ap.add_argument("--child-refblas", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--child-out", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -192,6 +224,9 @@ def main() -> None:
     gflops = gemm_gflops()
     bound_cps = gflops * 1e9 / ((gemm_flops_tok + attn_flops_tok) * avg_len)
     skip = set(filter(None, args.skip.split(",")))
+    if args.paired_only:
+        paired(args, texts, fast, path)
+        return
     print(f"Embedding bench - {len(texts)} chunks, {tokens} tokens (avg {avg_len:.1f}, max {lengths.max()}), "
           f"MLX GEMM {gflops:.1f} GFLOP/s, {(gemm_flops_tok + attn_flops_tok) / 1e6:.1f} MFLOP/token, "
           f"bound {bound_cps:.1f} chunks/s; OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE')}", flush=True)
