@@ -30,6 +30,7 @@ import json  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
+import threading  # noqa: E402
 import time  # noqa: E402
 import zlib  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
@@ -273,6 +274,9 @@ class MLXEmbedder:
         max_tokens: truncation length in tokens (capped at the model's positions).
         token_budget: max rows x padded length per forward; bounds peak memory.
 
+    ``embed`` holds a lock: MLX's default-stream switch and the OpenBLAS thread setting are
+    process-wide, so concurrent callers (e.g. threads of one Dagster process) take turns.
+
     Raises:
         ModelNotAvailableError: when the model is not available locally.
         ValueError: for an unknown backend.
@@ -295,6 +299,7 @@ class MLXEmbedder:
         self.max_tokens = int(min(max_tokens, max_pos))
         self.token_budget = int(max(token_budget, 1))
         self._tokenizer = self._load_tokenizer()
+        self._lock = threading.Lock()
 
         from brb_pipeline.core import fast_bert
 
@@ -342,6 +347,11 @@ class MLXEmbedder:
         n = len(texts)
         if n == 0:
             return np.zeros((0, self.dim), np.float32)
+        with self._lock:
+            return self._embed_locked(texts)
+
+    def _embed_locked(self, texts: Sequence[str]) -> np.ndarray:
+        n = len(texts)
         t0 = time.perf_counter()
         ids = self.tokenize(list(texts))
         lengths = np.fromiter((len(x) for x in ids), np.int64, n)
