@@ -65,8 +65,10 @@ def _settings(home: Path | None, **overrides: Any) -> Settings:
 @click.option("--cancel-file", type=click.Path(path_type=Path), default=None,
               help="Stop at the next batch boundary when this file appears.")
 @click.option("--no-insights", is_flag=True, help="Skip the insights map.")
+@click.option("--reembed", is_flag=True, help="Embed every chunk again (e.g. after upgrading MLX).")
 @home_opt
-def ingest(chat_db, addressbook, whatsapp, no_whatsapp, contacts, progress_mode, cancel_file, no_insights, home):
+def ingest(chat_db, addressbook, whatsapp, no_whatsapp, contacts, progress_mode, cancel_file, no_insights, reembed,
+           home):
     """Snapshot the sources and run every stage: parse, chunk, embed, store, index, map."""
     overrides: dict[str, Any] = {"chat_db": chat_db, "addressbook_dir": addressbook}
     if whatsapp:
@@ -74,11 +76,11 @@ def ingest(chat_db, addressbook, whatsapp, no_whatsapp, contacts, progress_mode,
     if no_whatsapp:
         overrides["whatsapp_enabled"] = False
     s = _settings(home, **overrides)
-    _run_ingest(s, progress_mode, cancel_file, list(contacts), analyze=not no_insights)
+    _run_ingest(s, progress_mode, cancel_file, list(contacts), analyze=not no_insights, reembed=reembed)
 
 
 def _run_ingest(s: Settings, progress_mode: str | None, cancel_file: Path | None, contacts: list[str],
-                analyze: bool = True) -> dict[str, Any]:
+                analyze: bool = True, reembed: bool = False) -> dict[str, Any]:
     from brb_pipeline.core.progress import CancelToken, JsonlSink, Progress, RichSink
 
     mode = progress_mode or ("bars" if sys.stderr.isatty() else "none")
@@ -106,7 +108,7 @@ def _run_ingest(s: Settings, progress_mode: str | None, cancel_file: Path | None
 
             contact_ids = _resolve_contacts(s, contacts) if contacts else None
             result = _in_worker(lambda: run_ingest(s, progress=progress, cancel=cancel, only_contacts=contact_ids,
-                                                   analyze=analyze))
+                                                   analyze=analyze, reembed=reembed))
     except BrbError as e:
         if mode == "jsonl":
             JsonlSink(real_stdout).emit({"type": "result", "success": False,
@@ -178,13 +180,19 @@ def demo(messages, whatsapp, progress_mode, home):
     click.echo(json.dumps(status_dict(s), indent=2, default=str))
 
 
+def _iso_epoch(t: float | None) -> str | None:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="seconds") if t else None
+
+
 def status_dict(s: Settings) -> dict[str, Any]:
     """What is stored. Keys are documented in the README and only ever added to."""
     from brb_pipeline.core import metadata
 
     out: dict[str, Any] = {
         "home": str(s.home), "messages": 0, "contacts": 0, "named_contacts": 0, "chunks": 0,
-        "embedding_model": None, "last_ingestion": None, "channels": s.channels(), "clusters": 0,
+        "embedding_model": None, "last_ingestion": None, "last_success": None, "channels": s.channels(), "clusters": 0,
         "map": None,
     }
     if not s.brb_db.exists():
@@ -194,10 +202,12 @@ def status_dict(s: Settings) -> dict[str, Any]:
         out["contacts"] = contacts.height
         out["messages"] = int(contacts["messages"].sum())
         out["named_contacts"] = int((contacts["name_source"] == "addressbook").sum())
-    run = metadata.last_run(s.brb_db)
-    if run:
-        out["last_ingestion"] = {k: run[k] for k in ("run_id", "status", "started_at", "finished_at", "messages",
-                                                     "first_ts", "last_ts", "error")}
+    for key, status in (("last_ingestion", None), ("last_success", "success")):
+        run = metadata.last_run(s.brb_db, status=status)
+        if run:
+            out[key] = {k: run[k] for k in ("run_id", "status", "messages", "first_ts", "last_ts", "error")}
+            for t in ("started_at", "finished_at"):
+                out[key][t] = _iso_epoch(run[t])
     out["clusters"] = metadata.count_clusters(s.brb_db)
     if s.duckdb_path.exists():
         from brb_pipeline.core import duck

@@ -86,6 +86,7 @@ def run_ingest(
     only_contacts: list[str] | None = None,
     embedder: Any | None = None,
     analyze: bool = True,
+    reembed: bool = False,
 ) -> dict[str, Any]:
     """Materialize the whole graph for ``s``; returns a JSON-able summary.
 
@@ -97,6 +98,8 @@ def run_ingest(
             contact); other batches run only when their content changed.
         embedder: an already-loaded embedder (tests pass a fast one).
         analyze: also compute the insights map.
+        reembed: embed every chunk of every processed batch again instead of reusing the vectors
+            of chunks whose text did not change (all batches are processed).
     """
     from brb_pipeline.sources.snapshot import check_destination
 
@@ -107,6 +110,7 @@ def run_ingest(
     progress = progress or Progress()
     cancel = cancel or CancelToken()
     runtime = Runtime(progress, cancel, embedder)
+    runtime.reembed = reembed
     instance = instance_for(s)
     s.save()
     t_all = time.perf_counter()
@@ -125,7 +129,9 @@ def run_ingest(
         changed = [b for b in str(batches_meta.get("changed", "none")).split(", ") if b and b != "none"]
         missing = [b["batch"] for b in all_batches if not partition_path(s.staging_dir, b["batch"]).exists()]
         forced = _batches_of(s, only_contacts) if only_contacts else []
-        if only_contacts:
+        if reembed and not only_contacts:
+            forced = [b["batch"] for b in all_batches]
+        if forced:
             metadata.reset_embedded(s.brb_db, forced)
         todo = sorted(set(changed) | set(missing) | set(forced))
         t = time.perf_counter()

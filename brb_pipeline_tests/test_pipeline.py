@@ -107,8 +107,12 @@ def test_contact_backfill_touches_one_partition_and_keeps_counts(ingested):
     emb = CountingEmbedder()
     res = run_ingest(s, embedder=emb, only_contacts=[target["contact_id"]], analyze=False)
     assert res["batches_processed"] == [target["batch"]]
+    assert emb.texts == 0  # unchanged chunks keep their vectors
+    emb = CountingEmbedder()
+    res = run_ingest(s, embedder=emb, only_contacts=[target["contact_id"]], analyze=False, reembed=True)
     batch_chunks = _store_rows(s, "batch = ?", [target["batch"]])
-    assert emb.texts == batch_chunks > 0  # only that batch was embedded again
+    assert res["batches_processed"] == [target["batch"]]
+    assert emb.texts == batch_chunks > 0  # --reembed: exactly that batch embedded again
     assert _store_rows(s) == first["chunks"]  # a rerun partition replaces, never duplicates
     con = duck.connect(s.duckdb_path, read_only=True)
     try:
@@ -158,10 +162,12 @@ def test_incremental_new_messages_reembed_only_their_batch(tmp_path):
     chat_guid = msgs["chat_id"][0].split(":", 1)[1]
     words = ["zanzibar snorkeling itinerary"] * 3 + ["booked the ferry to stone town"] * 3
     _append_messages(archive.chat_db, chat_guid, words, datetime(2019, 1, 5, 10, tzinfo=timezone.utc))
+    batch_before = _store_rows(s, "batch = ?", [target["batch"]])
     emb = CountingEmbedder()
     res = run_ingest(s, embedder=emb, analyze=False)
     assert res["batches_processed"] == [target["batch"]]
-    assert emb.calls > 0
+    # only the windows touched by the 6 new messages are embedded, not the whole batch
+    assert 0 < emb.texts <= 4 < batch_before
     hits = run_search(s, "zanzibar ferry", embedder=HashEmbedder(dim=64), mode="lexical", k=3)["hits"]
     assert hits and hits[0]["contact_id"] == target["contact_id"]
 

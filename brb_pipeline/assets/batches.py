@@ -27,5 +27,6 @@ def batch_embeddings(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     s = context.resources.brb.load()
     hook = getattr(rt, "embed_progress", None)
     meta = embed.run_embed(s, context.partition_key, rt.embedder(s),
-                           progress=hook(context.partition_key) if hook else None, cancel=rt.cancel)
+                           progress=hook(context.partition_key) if hook else None, cancel=rt.cancel,
+                           reuse=not getattr(rt, "reembed", False))
     return dg.MaterializeResult(metadata=meta)

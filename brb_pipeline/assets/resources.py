@@ -31,6 +31,7 @@ class Runtime:
         self._embedder = embedder
         self._embedder_key: tuple | None = None if embedder is None else ("given",)
         self.embed_progress = None  # batch -> callback(done, total), set by the headless runner
+        self.reembed = False  # ignore vectors of unchanged chunks (brb ingest --reembed)
 
     def embedder(self, s: Settings) -> Any:
         key = (s.embedding_model, s.embedding_backend, s.max_tokens, s.token_budget)

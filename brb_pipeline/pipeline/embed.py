@@ -6,10 +6,13 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from brb_pipeline.core import metadata
 from brb_pipeline.core.chunking import CHUNK_SCHEMA, ChunkParams, chunk_messages
@@ -91,11 +94,13 @@ def run_embed(
     *,
     progress: Callable[[int, int], None] | None = None,
     cancel: Callable[[], bool] | None = None,
+    reuse: bool = True,
 ) -> dict[str, Any]:
     """Embed one batch's chunks into its Parquet partition, unless nothing changed.
 
     Skips the model entirely when the batch's messages, contact names, model and chunking
-    settings are what its existing partition file was made from.
+    settings are what its existing partition file was made from. Otherwise only chunks whose
+    text is new are embedded; ``reuse=False`` re-embeds every chunk (``brb ingest --reembed``).
     """
     from brb_pipeline.core.errors import CancelledError
 
@@ -111,15 +116,27 @@ def run_embed(
     src = paths.chunks(s, batch)
     chunks = pl.read_parquet(src) if src.exists() else pl.DataFrame(schema=CHUNK_SCHEMA)
     texts = chunks["embedding_text"].to_list()
-    parts = []
-    for i in range(0, len(texts), EMBED_GROUP):
+    # Chunks whose text is unchanged keep their vectors from the previous partition file (same
+    # model only): appending to a conversation re-embeds its last window and the new ones.
+    config = embed_config(embedder)
+    cached = previous_vectors(out, config) if reuse else {}
+    emb = np.zeros((len(texts), embedder.dim), dtype=np.float32)
+    todo = []
+    for i, t in enumerate(texts):
+        v = cached.get(t)
+        if v is not None and v.shape[0] == embedder.dim:
+            emb[i] = v
+        else:
+            todo.append(i)
+    for j in range(0, len(todo), EMBED_GROUP):
         if cancel and cancel():
             raise CancelledError(f"cancelled while embedding {batch}; earlier batches and the store are intact")
-        parts.append(embedder.embed(texts[i:i + EMBED_GROUP]))
+        idx = todo[j:j + EMBED_GROUP]
+        emb[idx] = embedder.embed([texts[i] for i in idx])
         if progress:
-            progress(min(i + EMBED_GROUP, len(texts)), len(texts))
-    emb = np.concatenate(parts) if parts else np.zeros((0, embedder.dim), dtype=np.float32)
+            progress(min(j + EMBED_GROUP, len(todo)), len(todo))
     write_partition(s.staging_dir, batch, chunks, emb, embedder.model_id)
+    _config_path(out).write_text(config)
     metadata.mark_embedded(s.brb_db, batch, key, embedder.model_id, chunks.height)
     secs = time.perf_counter() - t0
     if progress:
@@ -127,9 +144,36 @@ def run_embed(
     return {
         "skipped": False,
         "chunks": chunks.height,
+        "chunks_embedded": len(todo),
+        "chunks_reused": chunks.height - len(todo),
         "dim": int(embedder.dim),
         "embedding_model": embedder.model_id,
         "seconds": round(secs, 3),
-        "chunks_per_s": round(chunks.height / secs, 1) if secs > 0 and chunks.height else 0.0,
+        "chunks_per_s": round(len(todo) / secs, 1) if secs > 0 and todo else 0.0,
     }
 
+
+
+def embed_config(embedder: Any) -> str:
+    """What a vector depends on besides the text: the model (name@weights) and the truncation."""
+    return f"{embedder.model_id}|max_tokens={getattr(embedder, 'max_tokens', '')}"
+
+
+def _config_path(partition: Path) -> Path:
+    return partition.with_name(partition.name + ".embedcfg")
+
+
+def previous_vectors(partition: Path, config: str) -> dict[str, np.ndarray]:
+    """embedding_text -> vector from an existing partition file embedded with ``config``."""
+    cfg = _config_path(partition)
+    if not partition.exists() or not cfg.exists() or cfg.read_text() != config:
+        return {}
+    try:
+        table = pq.read_table(partition, columns=["embedding_text", "embedding"])
+    except (OSError, ValueError, pa.ArrowException):
+        return {}  # a damaged file only costs re-embedding
+    if table.num_rows == 0:
+        return {}
+    vecs = table.column("embedding").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+    vecs = vecs.reshape(table.num_rows, -1).astype(np.float32, copy=False)
+    return dict(zip(table.column("embedding_text").to_pylist(), vecs))
