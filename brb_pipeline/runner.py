@@ -27,6 +27,11 @@ from brb_pipeline.settings import Settings
 
 log = logging.getLogger("brb")
 
+# Dagster's console logger prints every step event at DEBUG; headless runs show progress bars
+# instead (the events are still in the instance's event log for the UI). BRB_DAGSTER_LOG=DEBUG
+# brings them back.
+DAGSTER_CONSOLE_LEVEL = os.environ.get("BRB_DAGSTER_LOG", "WARNING").upper()
+
 INSTANCE_YAML = """# Written by brb: local instance storage under the pipeline's home dir.
 storage:
   sqlite:
@@ -62,6 +67,7 @@ def _materialize(assets_sel: dg.AssetSelection, s: Settings, runtime: Runtime, i
     try:
         return dg.materialize(ALL_DEFS, selection=assets_sel, instance=instance, partition_key=partition_key,
                               resources=resources(home=str(s.home), runtime=runtime),
+                              run_config={"loggers": {"console": {"config": {"log_level": DAGSTER_CONSOLE_LEVEL}}}},
                               tags={"brb/source": "cli"})
     except dg.DagsterExecutionStepExecutionError as e:
         inner = getattr(e, "user_exception", None) or e.__cause__
