@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 from brb_pipeline.core.chunking import ChunkParams, chunk_messages
-from brb_pipeline.core.records import MESSAGE_SCHEMA
+from brb_pipeline_tests.frames import message_frame
 from brb_pipeline_tests.conftest import T0
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,26 +80,9 @@ def test_latency_summary():
 
 def _messages(rows):
     """rows: (chat_id, minutes, text). Message ids are assigned against time order on purpose."""
-    data = {name: [] for name in MESSAGE_SCHEMA.names()}
-    data["contact_id"] = []
-    for i, (chat, minutes, text) in enumerate(rows):
-        data["channel"].append("imessage")
-        data["message_id"].append(f"imessage:m{(97 * i) % 1000:04d}")
-        data["source_rowid"].append(i + 1)
-        data["chat_id"].append(chat)
-        data["sender"].append(None if i % 2 else "+15550001111")
-        data["is_from_me"].append(bool(i % 2))
-        data["ts"].append(T0 + timedelta(minutes=minutes))
-        data["text"].append(text)
-        data["text_source"].append("text")
-        data["undecodable"].append(False)
-        data["edited"].append(False)
-        data["attachments"].append(0)
-        data["reactions"].append([])
-        data["contact_id"].append("c:" + chat)
-    schema = dict(MESSAGE_SCHEMA)
-    schema["contact_id"] = pl.Utf8
-    return pl.DataFrame(data, schema=schema)
+    return message_frame([(chat, minutes, text, bool(i % 2), "+15550001111")
+                          for i, (chat, minutes, text) in enumerate(rows)],
+                         message_id=lambda i: f"imessage:m{(97 * i) % 1000:04d}", t0=T0)
 
 
 def _chunked():

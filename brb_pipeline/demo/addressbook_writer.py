@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from brb_pipeline.demo.sqlite_files import write_fresh
+
 SCHEMA_SQL = Path(__file__).parent / "schemas" / "AddressBook-v22.abcddb.sql"
 
 # Core Data entity table of AddressBook v22: (Z_ENT, Z_NAME, Z_SUPER). Numbers follow the DDL's
@@ -72,16 +74,7 @@ def write_addressbook(path: Path, people: Sequence[PersonRecord]) -> None:
         people: the cards, written in order (Z_PK 2.. ; pk 1 is the local container).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for suffix in ("", "-wal", "-shm", "-journal"):
-        Path(str(path) + suffix).unlink(missing_ok=True)
-    conn = sqlite3.connect(path)
-    try:
-        conn.executescript(SCHEMA_SQL.read_text())
-        with conn:
-            _fill(conn, path, people)
-    finally:
-        conn.close()
+    write_fresh(path, SCHEMA_SQL, lambda conn: _fill(conn, path, people))
 
 
 def _fill(conn: sqlite3.Connection, path: Path, people: Sequence[PersonRecord]) -> None:

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from brb_pipeline.demo.sqlite_files import write_fresh
+
 SCHEMA_SQL = Path(__file__).parent / "schemas" / "ChatStorage.sqlite.sql"
 APPLE_EPOCH = datetime(2001, 1, 1, tzinfo=timezone.utc)
 
@@ -72,17 +74,7 @@ def write_whatsapp(path: Path, chats: Sequence[WAChatRecord], messages: Sequence
     Raises:
         ValueError: a message names a chat not in ``chats`` or has a naive timestamp.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for suffix in ("", "-wal", "-shm", "-journal"):
-        Path(str(path) + suffix).unlink(missing_ok=True)
-    conn = sqlite3.connect(path)
-    try:
-        conn.executescript(SCHEMA_SQL.read_text())
-        with conn:
-            _fill(conn, chats, messages)
-    finally:
-        conn.close()
+    write_fresh(Path(path), SCHEMA_SQL, lambda conn: _fill(conn, chats, messages))
 
 
 def _apple_s(ts: datetime) -> float:
