@@ -121,6 +121,32 @@ def test_contact_backfill_touches_one_partition_and_keeps_counts(ingested):
         con.close()
 
 
+def test_model_change_reembeds_everything_and_never_mixes(tmp_path):
+    archive = build_demo_archive(tmp_path / "archive", messages=500, seed=4)
+    s = _settings(tmp_path / "home", archive)
+    first = run_ingest(s, embedder=CountingEmbedder(), analyze=False)
+
+    class Other(HashEmbedder):  # another model: other id, other dimension
+        def __init__(self):
+            super().__init__(dim=32)
+            self.texts = 0
+
+        def embed(self, texts):
+            self.texts += len(texts)
+            return super().embed(texts)
+
+    other = Other()
+    again = run_ingest(s, embedder=other, analyze=False)
+    assert sorted(again["batches_processed"]) == sorted(first["batches_processed"])
+    assert other.texts == again["chunks"] == first["chunks"]  # every chunk re-embedded
+    con = duck.connect(s.duckdb_path, read_only=True)
+    try:
+        assert con.execute("SELECT DISTINCT embedding_model FROM chunks").fetchall() == [("hash-32",)]
+        assert duck.get_meta(con, "dim") == 32
+    finally:
+        con.close()
+
+
 def test_search_finds_and_routes(ingested):
     s, *_ = ingested
     emb = HashEmbedder(dim=64)

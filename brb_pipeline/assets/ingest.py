@@ -31,11 +31,12 @@ def contacts(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     return dg.MaterializeResult(metadata=ingest.run_contacts(context.resources.brb.load()))
 
 
-@dg.asset(group_name=INGEST, deps=[contacts], kinds={"sqlite"}, required_resource_keys={"brb"})
+@dg.asset(group_name=INGEST, deps=[contacts], kinds={"sqlite"}, required_resource_keys={"brb", "runtime"})
 def contact_batches(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     """Contacts grouped into batches (top 50 by messages 10 to a batch, the rest 50 to a batch),
     registered as the dynamic partitions of every per-batch asset."""
-    keys, changed, meta = ingest.run_batches(context.resources.brb.load())
+    s = context.resources.brb.load()
+    keys, changed, meta = ingest.run_batches(s, context.resources.runtime.embedder(s).model_id)
     name = contact_batches_partitions.name
     existing = set(context.instance.get_dynamic_partitions(name))
     new = [k for k in keys if k not in existing]

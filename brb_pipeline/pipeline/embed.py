@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -52,16 +54,34 @@ def name_maps(s: Settings) -> tuple[dict[str, str], dict[str, str]]:
     return by_contact, by_handle
 
 
-def embed_keys(s: Settings, fingerprints: dict[str, str]) -> dict[str, str]:
+def configured_model_id(s: Settings) -> str:
+    """The model id (name@weights-hash) the settings select, loading it once per process."""
+    return _model_id(s.embedding_model, s.embedding_backend, s.max_tokens, s.token_budget)
+
+
+@functools.lru_cache(maxsize=8)
+def _model_id(name: str, backend: str, max_tokens: int, token_budget: int) -> str:
+    from brb_pipeline.core.embedding import load_embedder
+
+    return load_embedder(SimpleNamespace(embedding_model=name, embedding_backend=backend, max_tokens=max_tokens,
+                                         token_budget=token_budget)).model_id
+
+
+def embed_keys(s: Settings, fingerprints: dict[str, str], model_id: str | None = None) -> dict[str, str]:
     """batch -> what its embeddings depend on: messages, contact names, model and chunking.
 
     A batch whose key equals the one stored with its partition file needs no embedding.
+
+    Args:
+        model_id: the embedder's id (name@weights-hash), so new weights under the same name
+            re-embed; defaults to the configured model's.
     """
+    model_id = model_id or configured_model_id(s)
     contacts = metadata.read_contacts(s.brb_db)
     members: dict[str, list[str]] = {}
     for r in contacts.iter_rows(named=True):
         members.setdefault(r.get("batch") or "", []).append(f"{r['contact_id']}={r['display_name']}")
-    settings_part = [s.embedding_model, str(s.max_tokens), str(s.window), str(s.stride),
+    settings_part = [model_id, str(s.max_tokens), str(s.window), str(s.stride),
                      str(s.conversation_gap_s), str(s.min_chars)]
     return {
         b: hashlib.sha1("|".join([fp, *settings_part, *sorted(members.get(b, []))]).encode()).hexdigest()[:24]
@@ -106,7 +126,7 @@ def run_embed(
 
     t0 = time.perf_counter()
     row = metadata.get_batch(s.brb_db, batch) or {}
-    key = embed_keys(s, {batch: row.get("fingerprint", "")})[batch]
+    key = embed_keys(s, {batch: row.get("fingerprint", "")}, embedder.model_id)[batch]
     out = partition_path(s.staging_dir, batch)
     if row.get("embedded_fingerprint") == key and row.get("embedding_model") and out.exists():
         if progress:

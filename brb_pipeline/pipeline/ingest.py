@@ -163,7 +163,7 @@ def run_contacts(s: Settings) -> dict[str, Any]:
     }
 
 
-def run_batches(s: Settings) -> tuple[list[str], list[str], dict[str, Any]]:
+def run_batches(s: Settings, model_id: str | None = None) -> tuple[list[str], list[str], dict[str, Any]]:
     """Fingerprint every contact batch and record it in brb.db.
 
     Returns:
@@ -187,7 +187,7 @@ def run_batches(s: Settings) -> tuple[list[str], list[str], dict[str, Any]]:
     )
     from brb_pipeline.pipeline.embed import embed_keys
 
-    keys = embed_keys(s, dict(zip(frame["batch"].to_list(), frame["fingerprint"].to_list())))
+    keys = embed_keys(s, dict(zip(frame["batch"].to_list(), frame["fingerprint"].to_list())), model_id)
     diff = metadata.sync_batches(s.brb_db, frame, keys)
     meta = {
         "batches": len(all_keys),
