@@ -151,7 +151,7 @@ def run_ingest(
         timings["batches"] = round(time.perf_counter() - t, 3)
         cancel.check()
         t = time.perf_counter()
-        sel = dg.AssetSelection.groups(STORE) | (dg.AssetSelection.groups(INSIGHTS) if analyze else dg.AssetSelection.groups(STORE))
+        sel = dg.AssetSelection.groups(STORE, INSIGHTS) if analyze else dg.AssetSelection.groups(STORE)
         r = _materialize(sel, s, runtime, instance)
         timings["finalize"] = round(time.perf_counter() - t, 3)
         store_meta = _meta(r, "chunk_store")

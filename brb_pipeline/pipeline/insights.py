@@ -173,7 +173,6 @@ def run_map(s: Settings) -> dict[str, Any]:
             pl.col("display_name").fill_null(pl.col("contact_id")).alias("contact"),
             pl.col("start_ts").dt.strftime("%Y-%m-%d").alias("date"),
             _snippet(pl.col("content")).alias("snippet"),
-            pl.col("x3").alias("z_unused"),
         )
         .select("chunk_id", "x", "y", pl.col("x3"), pl.col("y3"), pl.col("z3").alias("z"), "cluster_id", "label",
                 "contact", "date", "start_ts", "snippet")

@@ -64,10 +64,11 @@ def run_load(s: Settings) -> dict[str, Any]:
         "chunks": int(stats.get("chunks", 0)),
         "embedding_model": str(model),
         "generation": gen,
+        "rows_inserted": report.inserted,
+        "rows_deleted": report.deleted,
+        "load_seconds": round(report.seconds, 3),
         "seconds": round(time.perf_counter() - t0, 3),
     }
-    meta.update({k: v for k, v in vars(report).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-                if hasattr(report, "__dict__") else {})
     return meta
 
 
