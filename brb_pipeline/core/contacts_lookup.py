@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import unicodedata
 from pathlib import Path
 
 from brb_pipeline.core import metadata
 from brb_pipeline.core.errors import BrbError
 from brb_pipeline.core.handles import normalize_handle
-
-
-def fold(text: str) -> str:
-    """Case- and accent-insensitive form ("Ayşe" -> "ayse")."""
-    decomposed = unicodedata.normalize("NFKD", text.casefold())
-    return "".join(c for c in decomposed if not unicodedata.combining(c)).replace("ı", "i")
+from brb_pipeline.core.routing import fold
 
 
 def find_contacts(db: Path, names: list[str], *, default_region: str = "US") -> list[str]:

@@ -49,10 +49,11 @@ def run_search(
     if not s.brb_db.exists() or not s.duckdb_path.exists():
         raise StoreError(f"no search store in {s.home}: run `brb ingest` (or `brb demo`) first")
     contact_ids = find_contacts(s.brb_db, contacts, default_region=s.default_region) if contacts else []
+    refs = contact_refs(s)  # read brb.db once per search: routing and hit names
     text = query
     routing: dict[str, Any] = {"matched": [], "contact_ids": [], "query": query}
     if route and not contact_ids:
-        routed = route_query(query, contact_refs(s))
+        routed = route_query(query, refs)
         if routed.contact_ids and routed.query.strip():
             text, contact_ids = routed.query, list(routed.contact_ids)
             routing = {"matched": list(routed.matched), "contact_ids": contact_ids, "query": text}
@@ -70,7 +71,7 @@ def run_search(
         res = search(con, query_text=text, query_vec=vec, mode=mode, k=k, rrf_k=s.rrf_k,
                      contact_ids=contact_ids or None, channel=channel, since=since, until=until,
                      ef_search=s.hnsw_ef_search)
-        names = {r.contact_id: r.display_name for r in contact_refs(s)}
+        names = {r.contact_id: r.display_name for r in refs}
         hits = []
         for h in res.hits:
             item = {
