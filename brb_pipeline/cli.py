@@ -301,8 +301,12 @@ def _parse_date(value: str | None, name: str):
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @home_opt
 def search(query, contacts, since, until, mode, k, channel, context, no_route, as_json, home):
-    """Hybrid (BM25 + vector, fused by RRF) search over your conversations."""
-    from brb_pipeline.pipeline.query import run_search
+    """Hybrid (BM25 + vector, fused by RRF) search over your conversations.
+
+    QUERY "-" keeps the store open and answers one query per stdin line, printing one JSON
+    object per line (an error object for a query that fails); the options apply to every query.
+    """
+    from brb_pipeline.pipeline.query import Searcher, run_search
 
     s = _settings(home)
     embedder = None
@@ -310,9 +314,13 @@ def search(query, contacts, since, until, mode, k, channel, context, no_route, a
         from brb_pipeline.core.embedding import load_embedder
 
         embedder = load_embedder(s)
-    out = run_search(s, query, embedder=embedder, mode=mode, k=k, contacts=list(contacts) or None,
-                     since=_parse_date(since, "--since"), until=_parse_date(until, "--until"), channel=channel,
-                     route=not no_route, context=context)
+    options = dict(mode=mode, k=k, contacts=list(contacts) or None, since=_parse_date(since, "--since"),
+                   until=_parse_date(until, "--until"), channel=channel, route=not no_route, context=context)
+    if query == "-":
+        with Searcher(s, embedder=embedder) as searcher:
+            _search_lines(searcher, options)
+        return
+    out = run_search(s, query, embedder=embedder, **options)
     if as_json:
         click.echo(json.dumps(out, indent=2, ensure_ascii=False, default=str))
         return
@@ -325,6 +333,20 @@ def search(query, contacts, since, until, mode, k, channel, context, no_route, a
     if not out["hits"]:
         click.echo("no results")
     click.echo(f"\n{len(out['hits'])} results in {out['latency_ms']:.0f} ms ({out['mode']})", err=True)
+
+
+def _search_lines(searcher, options: dict) -> None:
+    """One JSON line out per query line in; blank lines are skipped, EOF ends the session."""
+    for line in sys.stdin:
+        query = line.strip()
+        if not query:
+            continue
+        try:
+            out = searcher.search(query, **options)
+        except BrbError as exc:
+            out = {"query": query, "error": str(exc)}
+        click.echo(json.dumps(out, ensure_ascii=False, default=str))
+        sys.stdout.flush()
 
 
 @main.command()

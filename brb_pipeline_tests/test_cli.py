@@ -137,6 +137,17 @@ def test_search_json_and_insights_path(ingested_home):
     assert r.returncode == 0 and r.stdout.strip().splitlines()[-1].endswith("map.html")
 
 
+def test_search_session_reads_queries_from_stdin(ingested_home):
+    one = json.loads(brb("search", "movies", "-k", "3", "--json", home=ingested_home).stdout)
+    r = subprocess.run([sys.executable, "-m", "brb_pipeline.cli", "search", "-", "-k", "3", "--home", str(ingested_home)],
+                       input="movies\n\n  dinner tonight  \n", capture_output=True, text=True, timeout=300, env=ENV)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [o["query"] for o in lines] == ["movies", "dinner tonight"]  # blank line skipped, text stripped
+    assert [h["chunk_id"] for h in lines[0]["hits"]] == [h["chunk_id"] for h in one["hits"]]
+    assert all(len(o["hits"]) == 3 and "error" not in o for o in lines)
+
+
 def test_search_on_empty_home_is_a_clear_error(tmp_path):
     line = _one_line_error(brb("search", "anything", home=tmp_path / "empty"))
     assert "brb ingest" in line

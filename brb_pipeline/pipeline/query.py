@@ -1,5 +1,14 @@
 """Search as a user asks it: route a named contact into a filter, embed the rest with the
-model's query prefix, run hybrid/vector/lexical search, attach neighbours, log the search."""
+model's query prefix, run hybrid/vector/lexical search, attach neighbours, log the search.
+
+:class:`Searcher` opens the store once and answers many questions (``brb search -`` reads them
+from stdin); :func:`run_search` is one question with its own open and close, as ``brb search
+"QUERY"`` does. Opening costs more than a warm search: loading the vss/fts extensions, attaching
+the file, and on the first query reading the HNSW graph and the BM25 tables from disk
+(~0.8 s at 64K chunks against ~45 ms per warm hybrid search; see ``benchmarks/bench_e2e.py``).
+A Searcher holds a read-only connection, which keeps a writer (``brb ingest``) out until it is
+closed.
+"""
 
 from __future__ import annotations
 
@@ -22,79 +31,121 @@ def contact_refs(s: Settings) -> list[ContactRef]:
             for r in contacts.iter_rows(named=True)]
 
 
-def run_search(
-    s: Settings,
-    query: str,
-    *,
-    embedder: Any | None,
-    mode: str = "hybrid",
-    k: int = 10,
-    contacts: list[str] | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    channel: str | None = None,
-    route: bool = True,
-    context: bool = False,
-    log: bool = True,
-) -> dict[str, Any]:
-    """One search, as a JSON-able dict (see the README for the fields).
+class Searcher:
+    """The store, its contacts and the query model, opened once for many searches.
 
     Args:
-        embedder: the store's embedding model (None only for ``mode="lexical"``).
-        contacts: names or handles to filter on (resolved against brb.db).
-        route: turn a contact named in the question into a filter and search the rest.
-        context: include the neighbouring chunks (position ±1) of each hit.
+        embedder: the store's embedding model (None only for lexical searches).
+
+    Raises:
+        StoreError: no store yet.
     """
-    t0 = time.perf_counter()
-    if not s.brb_db.exists() or not s.duckdb_path.exists():
-        raise StoreError(f"no search store in {s.home}: run `brb ingest` (or `brb demo`) first")
-    contact_ids = find_contacts(s.brb_db, contacts, default_region=s.default_region) if contacts else []
-    refs = contact_refs(s)  # read brb.db once per search: routing and hit names
-    text = query
-    routing: dict[str, Any] = {"matched": [], "contact_ids": [], "query": query}
-    if route and not contact_ids:
-        routed = route_query(query, refs)
-        if routed.contact_ids and routed.query.strip():
-            text, contact_ids = routed.query, list(routed.contact_ids)
-            routing = {"matched": list(routed.matched), "contact_ids": contact_ids, "query": text}
-    con = duck.connect(s.duckdb_path, read_only=True)
-    try:
-        stored_model = duck.get_meta(con, "embedding_model")
-        vec = None
-        if mode != "lexical":
-            if embedder is None:
-                raise StoreError("vector search needs the embedding model")
-            if stored_model and stored_model != embedder.model_id:
-                raise StoreError(f"the store was embedded with {stored_model} but the configured model is "
-                                 f"{embedder.model_id}: run `brb ingest` to re-embed, or search with --mode lexical")
-            vec = embedder.embed_query(text)
-        res = search(con, query_text=text, query_vec=vec, mode=mode, k=k, rrf_k=s.rrf_k,
+
+    def __init__(self, s: Settings, *, embedder: Any | None) -> None:
+        if not s.brb_db.exists() or not s.duckdb_path.exists():
+            raise StoreError(f"no search store in {s.home}: run `brb ingest` (or `brb demo`) first")
+        self.settings = s
+        self.embedder = embedder
+        self.refs = contact_refs(s)  # routing and hit names
+        self._names = {r.contact_id: r.display_name for r in self.refs}
+        self.con = duck.connect(s.duckdb_path, read_only=True)
+        try:
+            self.stored_model = duck.get_meta(self.con, "embedding_model")
+        except BaseException:
+            self.con.close()
+            raise
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> Searcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _query_vector(self, text: str, mode: str) -> Any:
+        if mode == "lexical":
+            return None
+        if self.embedder is None:
+            raise StoreError("vector search needs the embedding model")
+        if self.stored_model and self.stored_model != self.embedder.model_id:
+            raise StoreError(f"the store was embedded with {self.stored_model} but the configured model is "
+                             f"{self.embedder.model_id}: run `brb ingest` to re-embed, or search with --mode lexical")
+        return self.embedder.embed_query(text)
+
+    def search(
+        self,
+        query: str,
+        *,
+        mode: str = "hybrid",
+        k: int = 10,
+        contacts: list[str] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        channel: str | None = None,
+        route: bool = True,
+        context: bool = False,
+        log: bool = True,
+    ) -> dict[str, Any]:
+        """One search, as a JSON-able dict (see the README for the fields).
+
+        Args:
+            contacts: names or handles to filter on (resolved against brb.db).
+            route: turn a contact named in the question into a filter and search the rest.
+            context: include the neighbouring chunks (position ±1) of each hit.
+            log: append the search to the local search log.
+        """
+        t0 = time.perf_counter()
+        s = self.settings
+        contact_ids = find_contacts(s.brb_db, contacts, default_region=s.default_region) if contacts else []
+        text = query
+        routing: dict[str, Any] = {"matched": [], "contact_ids": [], "query": query}
+        if route and not contact_ids:
+            routed = route_query(query, self.refs)
+            if routed.contact_ids and routed.query.strip():
+                text, contact_ids = routed.query, list(routed.contact_ids)
+                routing = {"matched": list(routed.matched), "contact_ids": contact_ids, "query": text}
+        vec = self._query_vector(text, mode)
+        res = search(self.con, query_text=text, query_vec=vec, mode=mode, k=k, rrf_k=s.rrf_k,
                      contact_ids=contact_ids or None, channel=channel, since=since, until=until,
                      ef_search=s.hnsw_ef_search)
-        names = {r.contact_id: r.display_name for r in refs}
-        hits = []
-        for h in res.hits:
-            item = {
-                "chunk_id": h.chunk_id, "contact_id": h.contact_id, "contact": names.get(h.contact_id, h.contact_id),
-                "chat_id": h.chat_id, "channel": h.channel,
-                "start": h.start_ts.isoformat() if h.start_ts else None,
-                "end": h.end_ts.isoformat() if h.end_ts else None,
-                "scores": {"vector": h.vector_score, "vector_rank": h.vector_rank, "lexical": h.lexical_score,
-                           "lexical_rank": h.lexical_rank, "fused": h.score},
-                "text": h.content,
-            }
-            if context:
-                item["context"] = [{"chunk_id": n.chunk_id, "position": n.position, "text": n.content}
-                                   for n in neighbours(con, h.chunk_id, span=1) if n.chunk_id != h.chunk_id]
-            hits.append(item)
-    finally:
-        con.close()
-    latency_ms = round((time.perf_counter() - t0) * 1000, 2)
-    if log:
-        log_search(s.brb_db, query=query, mode=mode, model=stored_model, contact_ids=contact_ids,
-                   results=[(h["chunk_id"], h["scores"]["fused"]) for h in hits], latency_ms=latency_ms)
-    return {"query": query, "mode": mode, "k": k, "routing": routing, "filters": {
-        "contact_ids": contact_ids, "since": since.isoformat() if since else None,
-        "until": until.isoformat() if until else None, "channel": channel},
-        "model": stored_model, "vector_strategy": res.vector_strategy, "latency_ms": latency_ms,
-        "timings_ms": res.timings_ms, "hits": hits}
+        hits = [self._hit(h, context) for h in res.hits]
+        latency_ms = round((time.perf_counter() - t0) * 1000, 2)
+        if log:
+            log_search(s.brb_db, query=query, mode=mode, model=self.stored_model, contact_ids=contact_ids,
+                       results=[(h["chunk_id"], h["scores"]["fused"]) for h in hits], latency_ms=latency_ms)
+        return {"query": query, "mode": mode, "k": k, "routing": routing, "filters": {
+            "contact_ids": contact_ids, "since": since.isoformat() if since else None,
+            "until": until.isoformat() if until else None, "channel": channel},
+            "model": self.stored_model, "vector_strategy": res.vector_strategy, "latency_ms": latency_ms,
+            "timings_ms": res.timings_ms, "hits": hits}
+
+    def _hit(self, h: Any, context: bool) -> dict[str, Any]:
+        item = {
+            "chunk_id": h.chunk_id, "contact_id": h.contact_id, "contact": self._names.get(h.contact_id, h.contact_id),
+            "chat_id": h.chat_id, "channel": h.channel,
+            "start": h.start_ts.isoformat() if h.start_ts else None,
+            "end": h.end_ts.isoformat() if h.end_ts else None,
+            "scores": {"vector": h.vector_score, "vector_rank": h.vector_rank, "lexical": h.lexical_score,
+                       "lexical_rank": h.lexical_rank, "fused": h.score},
+            "text": h.content,
+        }
+        if context:
+            item["context"] = [{"chunk_id": n.chunk_id, "position": n.position, "text": n.content}
+                               for n in neighbours(self.con, h.chunk_id, span=1) if n.chunk_id != h.chunk_id]
+        return item
+
+
+def run_search(s: Settings, query: str, *, embedder: Any | None, **options: Any) -> dict[str, Any]:
+    """One search with its own store open and close (``brb search "QUERY"``); ``latency_ms``
+    includes the open. Options as :meth:`Searcher.search`."""
+    t0 = time.perf_counter()
+    with Searcher(s, embedder=embedder) as searcher:
+        out = searcher.search(query, log=False, **{k: v for k, v in options.items() if k != "log"})
+    out["latency_ms"] = round((time.perf_counter() - t0) * 1000, 2)
+    if options.get("log", True):
+        log_search(s.brb_db, query=query, mode=out["mode"], model=out["model"],
+                   contact_ids=out["filters"]["contact_ids"],
+                   results=[(h["chunk_id"], h["scores"]["fused"]) for h in out["hits"]], latency_ms=out["latency_ms"])
+    return out
