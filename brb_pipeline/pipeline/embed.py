@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from brb_pipeline.core import metadata
-from brb_pipeline.core.chunking import CHUNK_SCHEMA, ChunkParams, chunk_messages
+from brb_pipeline.core.chunking import CHUNK_FORMAT, CHUNK_SCHEMA, ChunkParams, chunk_messages
 from brb_pipeline.core.errors import StoreError
 from brb_pipeline.core.store import partition_path, write_partition
 from brb_pipeline.pipeline import paths
@@ -81,7 +81,7 @@ def embed_keys(s: Settings, fingerprints: dict[str, str], model_id: str | None =
     members: dict[str, list[str]] = {}
     for r in contacts.iter_rows(named=True):
         members.setdefault(r.get("batch") or "", []).append(f"{r['contact_id']}={r['display_name']}")
-    settings_part = [model_id, str(s.max_tokens), str(s.window), str(s.stride),
+    settings_part = [model_id, CHUNK_FORMAT, str(s.max_tokens), str(s.window), str(s.stride),
                      str(s.conversation_gap_s), str(s.min_chars)]
     return {
         b: hashlib.sha1("|".join([fp, *settings_part, *sorted(members.get(b, []))]).encode()).hexdigest()[:24]
