@@ -47,6 +47,7 @@ def test_json_has_every_stage_with_consistent_numbers(result):
     assert full["store"]["duckdb_bytes"] > 0 and full["store"]["hnsw_build_s"] is not None
     assert full["throughput"]["tokens"] is None  # the hash embedder has no tokenizer
     assert full["search"]["queries"] == 5 and full["search"]["p50_ms"] <= full["search"]["p95_ms"]
+    assert full["search"]["cold_queries"] > 0 and full["search"]["engine_p50_ms"] <= full["search"]["p50_ms"]
     assert {m: written["machine"][m] for m in ("cores", "python")} and written["machine"]["versions"]["duckdb"]
 
 
