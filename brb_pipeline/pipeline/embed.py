@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import os
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +16,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from brb_pipeline.core import metadata
@@ -120,7 +123,10 @@ def run_embed(
 
     Skips the model entirely when the batch's messages, contact names, model and chunking
     settings are what its existing partition file was made from. Otherwise only chunks whose
-    text is new are embedded; ``reuse=False`` re-embeds every chunk (``brb ingest --reembed``).
+    text is new are embedded: the others take their vectors from the batch's previous partition,
+    from other batches' partitions (a contact that moved batch) or from the vectors a partition
+    rewritten earlier dropped (see :func:`retire_vectors`). ``reuse=False`` re-embeds every chunk
+    (``brb ingest --reembed``).
     """
     from brb_pipeline.core.errors import CancelledError
 
@@ -148,6 +154,9 @@ def run_embed(
             emb[i] = v
         else:
             todo.append(i)
+    reused_other = 0
+    if reuse and todo:
+        todo, reused_other = _fill_from_other_batches(s, batch, texts, todo, emb, config)
     for j in range(0, len(todo), EMBED_GROUP):
         if cancel and cancel():
             raise CancelledError(f"cancelled while embedding {batch}; earlier batches and the store are intact")
@@ -155,6 +164,7 @@ def run_embed(
         emb[idx] = embedder.embed([texts[i] for i in idx])
         if progress:
             progress(min(j + EMBED_GROUP, len(todo)), len(todo))
+    retired = retire_vectors(s, batch, cached, texts, config)
     write_partition(s.staging_dir, batch, chunks, emb, embedder.model_id)
     _config_path(out).write_text(config)
     metadata.mark_embedded(s.brb_db, batch, key, embedder.model_id, chunks.height)
@@ -166,6 +176,8 @@ def run_embed(
         "chunks": chunks.height,
         "chunks_embedded": len(todo),
         "chunks_reused": chunks.height - len(todo),
+        "chunks_reused_other_batches": reused_other,
+        "vectors_retired": retired,
         "dim": int(embedder.dim),
         "embedding_model": embedder.model_id,
         "seconds": round(secs, 3),
@@ -197,3 +209,153 @@ def previous_vectors(partition: Path, config: str) -> dict[str, np.ndarray]:
     vecs = table.column("embedding").combine_chunks().flatten().to_numpy(zero_copy_only=False)
     vecs = vecs.reshape(table.num_rows, -1).astype(np.float32, copy=False)
     return dict(zip(table.column("embedding_text").to_pylist(), vecs))
+
+
+_RETIRED_CONFIG = b"brb.embedcfg"
+
+
+def _fill_from_other_batches(s: Settings, batch: str, texts: list[str], todo: list[int], emb: np.ndarray,
+                             config: str) -> tuple[list[int], int]:
+    """Copy vectors of ``texts[todo]`` found elsewhere into ``emb`` (n, dim).
+
+    Returns:
+        (the indexes still without a vector, how many were found).
+    """
+    found = other_vectors(s, batch, {texts[i] for i in todo}, config, emb.shape[1])
+    left = []
+    for i in todo:
+        v = found.get(texts[i])
+        if v is None:
+            left.append(i)
+        else:
+            emb[i] = v
+    return left, len(todo) - len(left)
+
+
+def other_vectors(s: Settings, batch: str, wanted: set[str], config: str, dim: int) -> dict[str, np.ndarray]:
+    """embedding_text -> vector for the ``wanted`` texts found outside ``batch``'s partition.
+
+    Looks in the other batches' partition files, then in the retired vectors, reading only files
+    embedded with ``config``. Each file is matched on its ``embedding_text`` column and only the
+    matching rows' vectors are kept, so memory grows with the matches, not with the store.
+
+    Args:
+        wanted: texts without a vector yet.
+        dim: the embedder's dimension; files with vectors of another size are skipped.
+
+    Returns:
+        Vectors of shape (dim,) float32 for the texts found (a subset of ``wanted``).
+    """
+    own = partition_path(s.staging_dir, batch)
+    sources = [p for p in sorted(own.parent.glob("batch=*.parquet"))
+               if p.name != own.name and _read_text(_config_path(p)) == config]
+    sources += [p for p in sorted(paths.retired_dir(s).glob("batch=*.parquet")) if _retired_config(p) == config]
+    found: dict[str, np.ndarray] = {}
+    left = set(wanted)
+    for p in sources:
+        if not left:
+            break
+        hits = _matching_vectors(p, left, dim)
+        found.update(hits)
+        left.difference_update(hits)
+    return found
+
+
+def _matching_vectors(path: Path, wanted: set[str], dim: int) -> dict[str, np.ndarray]:
+    """Vectors of the rows of one Parquet file whose embedding_text is in ``wanted``."""
+    try:
+        # One open file for both reads: a concurrent atomic replace cannot shift the row numbers.
+        with pq.ParquetFile(path) as pf:
+            kind = pf.schema_arrow.field("embedding").type
+            if not pa.types.is_fixed_size_list(kind) or kind.list_size != dim:
+                return {}
+            texts = pf.read(columns=["embedding_text"]).column("embedding_text")
+            hit = pc.fill_null(pc.is_in(texts, value_set=pa.array(list(wanted), pa.string())), False)
+            rows = np.flatnonzero(hit.to_numpy(zero_copy_only=False))
+            if rows.size == 0:
+                return {}
+            vectors = _read_rows(pf, rows, "embedding")
+    except (OSError, ValueError, KeyError, pa.ArrowException):
+        return {}  # a damaged or foreign file only costs re-embedding
+    flat = vectors.combine_chunks().flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+    return dict(zip(texts.take(pa.array(rows)).to_pylist(), flat.reshape(rows.size, dim)))
+
+
+def _read_rows(pf: pq.ParquetFile, rows: np.ndarray, column: str) -> pa.ChunkedArray:
+    """``column`` at the sorted row numbers ``rows``, reading only the row groups that hold them."""
+    sizes = [pf.metadata.row_group(g).num_rows for g in range(pf.num_row_groups)]
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    group_of = np.searchsorted(bounds, rows, side="right") - 1
+    groups = np.unique(group_of)
+    starts = np.concatenate([[0], np.cumsum(bounds[groups + 1] - bounds[groups])[:-1]])
+    local = rows - bounds[group_of] + starts[np.searchsorted(groups, group_of)]
+    return pf.read_row_groups(groups.tolist(), columns=[column]).column(column).take(pa.array(local))
+
+
+def retire_vectors(s: Settings, batch: str, previous: dict[str, np.ndarray], texts: list[str], config: str) -> int:
+    """Keep the vectors a rewrite of ``batch`` drops, for batches embedded after it to reuse.
+
+    Batches are embedded one at a time, so a contact that moved from this batch to one embedded
+    later would otherwise find its vectors gone. Saved to ``staging/retired/batch=<key>.parquet``
+    (embedding_text, embedding; ``config`` in the file's metadata) and merged with what an
+    earlier rewrite retired there; the files live until the next store load or forget.
+
+    Args:
+        previous: embedding_text -> vector (dim,) of the partition about to be overwritten,
+            embedded with ``config``.
+        texts: the embedding texts of the new partition.
+
+    Returns:
+        How many vectors were retired.
+    """
+    keep = set(texts)
+    gone = [t for t in previous if t not in keep]
+    if not gone:
+        return 0
+    vecs = np.stack([previous[t] for t in gone]).astype(np.float32, copy=False)
+    dim = vecs.shape[1]
+    table = pa.table({"embedding_text": pa.array(gone, pa.string()),
+                      "embedding": pa.FixedSizeListArray.from_arrays(pa.array(vecs.reshape(-1)), dim)})
+    path = paths.retired(s, batch)
+    if _retired_config(path) == config:
+        try:
+            old = pq.read_table(path, columns=["embedding_text", "embedding"])
+            if old.schema.field("embedding").type == table.schema.field("embedding").type:
+                mask = pc.invert(pc.is_in(old.column("embedding_text"), value_set=table.column("embedding_text")))
+                table = pa.concat_tables([table, old.filter(mask).select(table.schema.names)])
+        except (OSError, ValueError, KeyError, pa.ArrowException):
+            pass  # a damaged cache is replaced
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        pq.write_table(table.replace_schema_metadata({_RETIRED_CONFIG: config.encode()}), tmp,
+                       compression="snappy", use_dictionary=False)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return len(gone)
+
+
+def drop_retired(s: Settings) -> int:
+    """Delete the retired vectors (a cache that holds message text). Returns 1 if there were any."""
+    d = paths.retired_dir(s)
+    if not d.exists():
+        return 0
+    shutil.rmtree(d)
+    return 1
+
+
+def _retired_config(path: Path) -> str | None:
+    try:
+        md = pq.read_schema(path).metadata or {}
+    except (OSError, ValueError, pa.ArrowException):
+        return None
+    v = md.get(_RETIRED_CONFIG)
+    return v.decode() if v is not None else None
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None

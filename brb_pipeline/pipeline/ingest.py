@@ -144,8 +144,12 @@ def run_contacts(s: Settings) -> dict[str, Any]:
     stats = contact_stats(res.messages)
     contacts = res.contacts.join(stats, on="contact_id", how="left")
     contacts = contacts.with_columns(pl.col("messages").fill_null(0))
+    # Contact ids are stable across runs, so the last run's batches can be kept (sticky batches:
+    # a contact that gains messages does not shift everyone ranked below it into another batch).
+    before = metadata.read_contacts(s.brb_db).select("contact_id", "batch").drop_nulls()
     assignments = assign_batches(contacts.select("contact_id", "messages"), top_n=s.top_contacts,
-                                 top_size=s.top_batch_size, rest_size=s.rest_batch_size)
+                                 top_size=s.top_batch_size, rest_size=s.rest_batch_size,
+                                 previous=dict(before.iter_rows()))
     contacts = contacts.join(assignments, on="contact_id", how="left").sort("rank")
     metadata.replace_contacts(s.brb_db, contacts)
     with_batch = res.messages.join(assignments.select("contact_id", "batch"), on="contact_id", how="left")

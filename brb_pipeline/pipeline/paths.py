@@ -28,6 +28,16 @@ def chunks(s: Settings, batch: str) -> Path:
     return s.staging_dir / "chunked" / f"batch={batch}.parquet"
 
 
+def retired_dir(s: Settings) -> Path:
+    """Vectors a rewritten partition dropped, kept until the next store load for other batches
+    to reuse (a contact that moved batch). Holds message text: removed by forget."""
+    return s.staging_dir / "retired"
+
+
+def retired(s: Settings, batch: str) -> Path:
+    return retired_dir(s) / f"batch={batch}.parquet"
+
+
 def embedded_dir(s: Settings) -> Path:
     """The per-partition Parquet files with embeddings (written by core.store.write_partition)."""
     return s.staging_dir

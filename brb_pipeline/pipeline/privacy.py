@@ -1,10 +1,10 @@
 """Forget a contact, or delete everything: data removed from every place brb keeps it.
 
 Places: brb.db (contacts, batches, clusters, search log), brb.duckdb (rows and both indexes),
-staging Parquet (parsed messages, per-batch chunks and embeddings, insights layouts, label
-cache), the source snapshot, and the insights map. Dagster's own storage holds no message text
-(assets never put it in metadata), but cluster labels are derived from text, so the caller also
-wipes the insights assets' event history (see ``runner.wipe_derived_events``).
+staging Parquet (parsed messages, per-batch chunks and embeddings, retired vectors, insights
+layouts, label cache), the source snapshot, and the insights map. Dagster's own storage holds no
+message text (assets never put it in metadata), but cluster labels are derived from text, so the
+caller also wipes the insights assets' event history (see ``runner.wipe_derived_events``).
 
 A forgotten contact stays forgotten: its handles and chats are remembered as salted hashes in
 brb.db and filtered out of every later ingestion, so a scheduled run does not bring it back.
@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 from brb_pipeline.core import duck, metadata
 from brb_pipeline.core.store import delete_contacts, partition_path
 from brb_pipeline.pipeline import paths
+from brb_pipeline.pipeline.embed import drop_retired
 from brb_pipeline.settings import Settings
 
 log = logging.getLogger("brb")
@@ -133,6 +134,8 @@ def forget_contacts(s: Settings, contact_ids: list[str]) -> dict[str, Any]:
         _filter_parquet(paths.chunks(s, b), ~pl.col("contact_id").is_in(doomed))
         removed_chunk_ids |= _filter_partition(partition_path(s.staging_dir, b), doomed)
     report["staging_chunks"] = len(removed_chunk_ids)
+    # retired vectors (a cache until the next load) hold chunk text of any batch: drop them all
+    report["retired_removed"] = drop_retired(s)
     # DuckDB rows and indexes (indexes are rebuilt without them)
     if s.duckdb_path.exists():
         con = duck.connect(s.duckdb_path)

@@ -11,6 +11,7 @@ from typing import Any
 from brb_pipeline.core import duck, metadata
 from brb_pipeline.core.index import build_fts, build_hnsw, index_status
 from brb_pipeline.core.store import load_partitions, partition_path, store_stats
+from brb_pipeline.pipeline.embed import drop_retired
 from brb_pipeline.settings import Settings
 
 log = logging.getLogger("brb")
@@ -23,7 +24,8 @@ def run_load(s: Settings) -> dict[str, Any]:
 
     Partitions are loaded when their staged embeddings differ from what the store holds; when
     the staged embeddings come from another model than the store's, everything is reloaded
-    (vectors of two models never share an index).
+    (vectors of two models never share an index). After a load the retired vectors (kept for
+    batches embedded in the same ingestion) are deleted: they hold message text.
     """
     t0 = time.perf_counter()
     batches = {b["batch"]: b for b in metadata.all_batches(s.brb_db)}
@@ -45,6 +47,7 @@ def run_load(s: Settings) -> dict[str, Any]:
         }
         remove = sorted(set(stored) - set(batches))
         if not todo and not remove:
+            drop_retired(s)
             return {"changed": False, "chunks": int(sum(stored.values())), "seconds": round(time.perf_counter() - t0, 3),
                     "embedding_model": str(stored_model)}
         report = load_partitions(con, todo, remove_batches=remove, replace_all=replace_all)
@@ -54,6 +57,7 @@ def run_load(s: Settings) -> dict[str, Any]:
     finally:
         con.close()
     metadata.mark_loaded(s.brb_db, {b: batches[b]["embedded_fingerprint"] for b in todo})
+    drop_retired(s)
     if replace_all:
         log.warning("Saving - embedding model changed (%s -> %s): the whole store was reloaded", stored_model, model)
     meta = {
