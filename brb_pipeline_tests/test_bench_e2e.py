@@ -92,7 +92,7 @@ def test_baseline_comparison_uses_the_same_chunks(result):
     md = out.with_suffix(".md").read_text()
     assert "| embedding |" in md and "Baseline vs default" in md and "## Targets" in md
     assert [t["pass"] for t in res["targets"]][-1] is None  # RSS target needs --rss-sizes
-    assert "incremental" not in res and len(res["targets"]) == 4
+    assert "incremental" not in res and len(res["targets"]) == 5  # + the search latency target
 
 
 def test_recorder_attributes_peak_rss_to_the_running_stage():
