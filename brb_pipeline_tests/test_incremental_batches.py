@@ -273,3 +273,29 @@ def test_moved_vectors_come_from_other_batches_and_retired_files_and_forget_clea
     for p in s.staging_dir.rglob("*.parquet"):
         if "embedding_text" in pq.read_schema(p).names:
             assert not gone & set(pl.read_parquet(p, columns=["embedding_text"])["embedding_text"]), p
+
+
+def test_stale_partitions_are_filtered_by_forget_and_pruned_at_load(tmp_path):
+    """Files of a batch key that no longer exists still hold message text: forget filters them
+    too, and the next load deletes them."""
+    import shutil
+
+    archive = build_demo_archive(tmp_path / "archive", messages=800, seed=5)
+    s = _settings(tmp_path / "home", archive)
+    run_ingest(s, embedder=CountingEmbedder(), analyze=False)
+    person = metadata.read_contacts(s.brb_db).filter(pl.col("kind") == "direct").row(0, named=True)
+    stale = "batch-099"  # as a batch that was emptied (its contacts left) would leave behind
+    for src, dst in ((embed.partition_path(s.staging_dir, person["batch"]), embed.partition_path(s.staging_dir, stale)),
+                     (paths.chunks(s, person["batch"]), paths.chunks(s, stale))):
+        shutil.copy(src, dst)
+    texts = set(pl.read_parquet(paths.chunks(s, stale)).filter(pl.col("contact_id") == person["contact_id"])["content"])
+    assert texts
+
+    forget_contacts(s, [person["contact_id"]])
+    for p in (embed.partition_path(s.staging_dir, stale), paths.chunks(s, stale)):
+        assert not texts & set(pl.read_parquet(p, columns=["content"])["content"]), p
+
+    res = run_load(s)
+    assert res["staged_files_pruned"] >= 2
+    assert not embed.partition_path(s.staging_dir, stale).exists() and not paths.chunks(s, stale).exists()
+    assert embed.partition_path(s.staging_dir, person["batch"]).exists()  # live batches are kept

@@ -130,7 +130,11 @@ def forget_contacts(s: Settings, contact_ids: list[str]) -> dict[str, Any]:
     # Group chats they wrote in lose their chunks until the next ingestion re-chunks them without
     # the person's lines (their messages are filtered out of every later parse).
     doomed = list(contact_ids) + shared
-    for b in batches:
+    # every staged partition, not only their current batches: a person who changed batch, or a
+    # batch key that no longer exists, may have left their chunks in another file
+    from brb_pipeline.pipeline.store import staged_batch_files
+
+    for b in sorted(set(batches) | set(staged_batch_files(s))):
         _filter_parquet(paths.chunks(s, b), ~pl.col("contact_id").is_in(doomed))
         removed_chunk_ids |= _filter_partition(partition_path(s.staging_dir, b), doomed)
     report["staging_chunks"] = len(removed_chunk_ids)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from brb_pipeline.core import duck, metadata
@@ -49,7 +50,7 @@ def run_load(s: Settings) -> dict[str, Any]:
         if not todo and not remove:
             drop_retired(s)
             return {"changed": False, "chunks": int(sum(stored.values())), "seconds": round(time.perf_counter() - t0, 3),
-                    "embedding_model": str(stored_model)}
+                    "embedding_model": str(stored_model), "staged_files_pruned": prune_partitions(s, set(batches))}
         report = load_partitions(con, todo, remove_batches=remove, replace_all=replace_all)
         gen = int(duck.get_meta(con, GENERATION, 0) or 0) + 1
         duck.set_meta(con, GENERATION, gen)
@@ -58,12 +59,14 @@ def run_load(s: Settings) -> dict[str, Any]:
         con.close()
     metadata.mark_loaded(s.brb_db, {b: batches[b]["embedded_fingerprint"] for b in todo})
     drop_retired(s)
+    pruned = prune_partitions(s, set(batches))
     if replace_all:
         log.warning("Saving - embedding model changed (%s -> %s): the whole store was reloaded", stored_model, model)
     meta = {
         "changed": True,
         "partitions_loaded": len(todo),
         "partitions_removed": len(remove),
+        "staged_files_pruned": pruned,
         "replaced_all_for_model_change": replace_all,
         "chunks": int(stats.get("chunks", 0)),
         "embedding_model": str(model),
@@ -74,6 +77,28 @@ def run_load(s: Settings) -> dict[str, Any]:
         "seconds": round(time.perf_counter() - t0, 3),
     }
     return meta
+
+
+def staged_batch_files(s: Settings) -> dict[str, list[Path]]:
+    """batch key -> its staged files (chunk texts, embeddings and their ``.embedcfg``), as on disk."""
+    out: dict[str, list[Path]] = {}
+    for d in (s.staging_dir / "chunked", s.staging_dir / "chunks"):
+        for f in sorted(d.glob("batch=*.parquet*")) if d.is_dir() else []:
+            key = f.name[len("batch="):].split(".parquet", 1)[0]
+            out.setdefault(key, []).append(f)
+    return out
+
+
+def prune_partitions(s: Settings, keep: set[str]) -> int:
+    """Delete the staged files of batches that no longer exist: they hold message text that no
+    stage reads any more. Returns the number of files removed."""
+    n = 0
+    for key, files in staged_batch_files(s).items():
+        if key not in keep:
+            for f in files:
+                f.unlink(missing_ok=True)
+                n += 1
+    return n
 
 
 def _index_stage(s: Settings, kind: str, build: Callable[[Any], Any], force: bool = False) -> dict[str, Any]:
