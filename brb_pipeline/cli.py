@@ -247,10 +247,19 @@ def status(as_json, home):
 
 @main.command()
 @click.option("--open", "open_", is_flag=True, help="Open the map in a browser.")
+@click.option("--refit", is_flag=True,
+              help="Redraw the map now with a full PCA -> UMAP -> HDBSCAN refit (ingests only place small changes).")
 @home_opt
-def insights(open_, home):
+def insights(open_, refit, home):
     """Print (or open) the path of the interactive conversation map."""
     s = _settings(home)
+    if refit:
+        from brb_pipeline.pipeline.insights import run_insights
+
+        res = run_insights(s, refit=True)
+        took = sum(float(m.get("seconds", 0)) for m in res.values())
+        click.echo(f"brb: map refitted: {res['projection']['chunks']:,} chunks, "
+                   f"{res['insights_map']['clusters']} clusters in {took:.0f} s", err=True)
     m = s.insights_dir / "map.html"
     if not m.exists():
         raise BrbError(f"no insights map in {s.insights_dir}: run `brb ingest` (or `brb demo`) first")

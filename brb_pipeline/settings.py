@@ -60,6 +60,9 @@ class Settings:
     merge_threshold: float = 0.92
     noise_reassign_threshold: float = 0.5
     labeler_model_path: Path | None = None
+    # Share of the store that may be placed next to existing chunks instead of refitting the
+    # layout (new chunks now, and placed since the last refit in total).
+    insights_refit_share: float = 0.05
     seed: int = 42
     # Operations.
     schedule_cron: str = "0 3 * * *"

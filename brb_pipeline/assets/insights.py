@@ -17,20 +17,27 @@ def _progress(context: dg.AssetExecutionContext, percent: float, message: str) -
     rt.progress_for(context).update("analyzing", percent, message)
 
 
+class LayoutConfig(dg.Config):
+    """``refit``: refit the layout (and recluster) even when a small change could be placed."""
+
+    refit: bool = False
+
+
 @dg.asset(group_name=INSIGHTS, deps=[chunk_store], kinds={"sklearn", "umap"}, required_resource_keys={"brb", "runtime"})
-def projection(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-    """PCA (embedding dim -> 50) then UMAP to 2-D and 3-D, seeded."""
-    _progress(context, 5, "PCA + UMAP")
-    meta = insights.run_projection(context.resources.brb.load())
-    _progress(context, 55, "layout ready")
+def projection(context: dg.AssetExecutionContext, config: LayoutConfig) -> dg.MaterializeResult:
+    """PCA (embedding dim -> 50) then UMAP to 2-D and 3-D, seeded; a small change is placed instead."""
+    _progress(context, 5, "layout")
+    meta = insights.run_projection(context.resources.brb.load(), refit=config.refit)
+    _progress(context, 55, f"layout {meta['method']}")
     return dg.MaterializeResult(metadata=meta)
 
 
 @dg.asset(group_name=INSIGHTS, deps=[projection], kinds={"hdbscan"}, required_resource_keys={"brb", "runtime"})
-def clusters(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-    """HDBSCAN on the 2-D layout, similar clusters merged, close noise reassigned, ids stable."""
+def clusters(context: dg.AssetExecutionContext, config: LayoutConfig) -> dg.MaterializeResult:
+    """HDBSCAN on the 2-D layout (similar clusters merged, close noise reassigned, ids stable), or
+    the neighbours' cluster for placed chunks."""
     _progress(context, 60, "clustering")
-    meta = insights.run_clusters(context.resources.brb.load())
+    meta = insights.run_clusters(context.resources.brb.load(), refit=config.refit)
     return dg.MaterializeResult(metadata=meta)
 
 

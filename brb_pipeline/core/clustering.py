@@ -295,3 +295,32 @@ def stable_cluster_ids(
     log.info("Clustering - stable ids: %d of %d clusters kept their previous id", kept,
              new_ids.size)
     return out
+
+
+def vote_by_neighbours(neighbour_labels: np.ndarray, sims: np.ndarray) -> np.ndarray:
+    """Each row's most frequent neighbour cluster, noise (-1) included as a candidate.
+
+    Used to give a newly placed chunk the cluster of the chunks it was placed among. Ties go to
+    the candidate with the larger summed (non-negative) similarity, then to the lower id, so noise
+    wins an exact tie.
+
+    Args:
+        neighbour_labels: (m, k) int cluster ids of each row's neighbours, -1 for noise.
+        sims: (m, k) float cosines of those neighbours.
+
+    Returns:
+        (m,) int64 cluster ids; -1 where the plurality of neighbours is noise (or k = 0).
+    """
+    lab = np.asarray(neighbour_labels, dtype=np.int64)
+    m = lab.shape[0]
+    if m == 0 or lab.ndim != 2 or lab.shape[1] == 0:
+        return np.full(m, -1, dtype=np.int64)
+    k = lab.shape[1]
+    cand, inv = np.unique(lab, return_inverse=True)  # cand sorted: -1 (if present) first
+    inv = inv.reshape(lab.shape)
+    flat = np.arange(m)[:, None] * cand.size + inv
+    counts = np.bincount(flat.ravel(), minlength=m * cand.size).reshape(m, cand.size)
+    w = np.clip(np.asarray(sims, dtype=np.float64), 0.0, 1.0)
+    wsum = np.bincount(flat.ravel(), weights=w.ravel(), minlength=m * cand.size).reshape(m, cand.size)
+    score = counts + wsum / (k + 1)  # the weight term is < 1: it only breaks count ties
+    return cand[np.argmax(score, axis=1)].astype(np.int64)

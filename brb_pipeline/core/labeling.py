@@ -700,7 +700,8 @@ def labeler_kind(labeler: Any) -> str:
 
 
 def label_clusters(labeler: Labeler, clusters: Sequence[ClusterDocs],
-                   members: Mapping[int, Sequence[str]], cache: LabelCache | None = None
+                   members: Mapping[int, Sequence[str]], cache: LabelCache | None = None,
+                   reuse: Mapping[int, ClusterLabel] | None = None,
                    ) -> tuple[list[ClusterLabel], int]:
     """Label clusters, reusing cached labels for clusters whose membership did not change.
 
@@ -709,17 +710,22 @@ def label_clusters(labeler: Labeler, clusters: Sequence[ClusterDocs],
         clusters: the clusters to label.
         members: cluster id -> its chunk ids (the membership that is hashed).
         cache: optional :class:`LabelCache`; saved when anything new was labelled.
+        reuse: cluster id -> a label to keep as is (the caller judged the membership close
+            enough to the one it was made from); neither asked for nor written to the cache.
 
     Returns:
-        (labels in input order, number of cache hits).
+        (labels in input order, number of cache hits; reused labels are not counted).
     """
-    if cache is None:
+    reuse = reuse or {}
+    if cache is None and not reuse:
         return labeler.label(clusters), 0
     kind = labeler_kind(labeler)
     hashes = [membership_hash(members.get(c.cluster_id, ())) for c in clusters]
-    result: list[ClusterLabel | None] = [cache.get(kind, h, c.cluster_id)
-                                         for c, h in zip(clusters, hashes)]
-    hits = sum(r is not None for r in result)
+    kept = [_relabel(reuse.get(c.cluster_id), c.cluster_id) for c in clusters]
+    result: list[ClusterLabel | None] = [
+        k or (cache.get(kind, h, c.cluster_id) if cache is not None else None)
+        for c, h, k in zip(clusters, hashes, kept)]
+    hits = sum(r is not None and k is None for r, k in zip(result, kept))
     todo = [i for i, r in enumerate(result) if r is None]
     if todo:
         # c-TF-IDF contrasts a cluster with the rest, so it sees every cluster; the model is
@@ -733,10 +739,19 @@ def label_clusters(labeler: Labeler, clusters: Sequence[ClusterDocs],
             fresh_all = labeler.label(clusters)
             for i in todo:
                 result[i] = fresh_all[i]
-        for i in todo:
-            lab = result[i]
-            if lab is not None and lab.source != "llm-fallback":  # retry the model next time
-                cache.put(kind, hashes[i], lab)
-        cache.save()
-    log.info("Labeling - %d clusters, %d from cache", len(clusters), hits)
+        if cache is not None:
+            for i in todo:
+                lab = result[i]
+                if lab is not None and lab.source != "llm-fallback":  # retry the model next time
+                    cache.put(kind, hashes[i], lab)
+            cache.save()
+    log.info("Labeling - %d clusters, %d from cache, %d kept", len(clusters), hits,
+             sum(k is not None for k in kept))
     return [r for r in result if r is not None], hits
+
+
+def _relabel(label: ClusterLabel | None, cluster_id: int) -> ClusterLabel | None:
+    """``label`` carried to ``cluster_id`` (None stays None)."""
+    if label is None:
+        return None
+    return ClusterLabel(cluster_id, label.label, list(label.terms), label.source)

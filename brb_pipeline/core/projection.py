@@ -18,10 +18,16 @@ run to run, so cluster ids and label caches would churn on every re-materializat
 (ratio 0.77), with the same clustering quality (ARI 0.945 vs 0.946). So seeded is the default.
 Numba compiles UMAP's kernels in every new process (umap-learn does not cache them): expect a
 one-off 15 s (idle) to 200 s (heavily loaded) before the first layout.
+
+Placement (:func:`nearest_neighbours`, :func:`neighbour_mean`) is the cheap path for a small
+change: a new chunk goes to the similarity-weighted mean position of its k most similar already
+projected chunks (cosine in embedding space). It is plain numpy (blocked matmul, bounded memory)
+and never imports umap or numba.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 import warnings
@@ -33,6 +39,8 @@ log = logging.getLogger(__name__)
 
 # Rows placed per UMAP.transform call when n > sample (bounds the kNN query's memory).
 TRANSFORM_BLOCK = 8192
+# Bytes of one (query block, reference) float32 similarity matrix in :func:`nearest_neighbours`.
+NEIGHBOUR_BLOCK_BYTES = 64 * 2**20
 # Below this many rows UMAP is not meaningful (spectral init and the kNN graph degenerate):
 # the layout is the leading PCA coordinates instead.
 MIN_UMAP_ROWS = 4
@@ -203,3 +211,100 @@ def _umap(pca: np.ndarray, dims: int, n_neighbors: int, min_dist: float, seed: i
             idx = rest[start:start + block]
             out[idx] = reducer.transform(pca[idx])
     return out
+
+
+def embedding_fingerprints(embeddings: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of each embedding row's bytes, to tell a re-embedded chunk from an unchanged one.
+
+    Args:
+        embeddings: (n, dim) float32.
+
+    Returns:
+        (n,) uint64; equal rows give equal values in every process.
+    """
+    x = np.ascontiguousarray(embeddings, dtype=np.float32)
+    return np.fromiter(
+        (int.from_bytes(hashlib.blake2b(row.tobytes(), digest_size=8).digest(), "little") for row in x),
+        dtype=np.uint64, count=x.shape[0])
+
+
+def unit_rows(x: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit L2 norm (all-zero rows stay zero); ``x`` itself when already unit.
+
+    Args:
+        x: (n, dim) float array.
+
+    Returns:
+        (n, dim) float32.
+    """
+    x = np.asarray(x, dtype=np.float32)
+    norms = np.linalg.norm(x, axis=1, keepdims=True) if x.size else np.ones((x.shape[0], 1), np.float32)
+    if np.allclose(norms, 1.0, atol=1e-4):
+        return x
+    return x / np.where(norms > 0, norms, 1.0)
+
+
+def nearest_neighbours(
+    reference: np.ndarray,
+    queries: np.ndarray,
+    k: int,
+    *,
+    allowed: np.ndarray | None = None,
+    block_bytes: int = NEIGHBOUR_BLOCK_BYTES,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` most cosine-similar reference rows of each query row, by blocked matmul.
+
+    Queries are processed in blocks so one (block, n_ref) float32 similarity matrix stays under
+    ``block_bytes``; nothing of size (n_queries, n_ref) is ever held.
+
+    Args:
+        reference: (n_ref, dim) float embeddings (normalized here if they are not unit rows).
+        queries: (m, dim) float embeddings.
+        k: neighbours per query; clamped to the number of allowed reference rows.
+        allowed: optional (n_ref,) bool mask; only these reference rows can be neighbours.
+        block_bytes: memory bound of one block's similarity matrix.
+
+    Returns:
+        (idx, sims): idx (m, k') int64 reference row numbers, most similar first; sims (m, k')
+        float32 cosines; k' = min(k, allowed rows). k' = 0 when no reference row is allowed.
+    """
+    ref = unit_rows(reference)
+    q = unit_rows(queries)
+    n_ref = ref.shape[0]
+    n_allowed = n_ref if allowed is None else int(np.count_nonzero(allowed))
+    kk = max(0, min(int(k), n_allowed))
+    m = q.shape[0]
+    idx = np.zeros((m, kk), dtype=np.int64)
+    sims = np.zeros((m, kk), dtype=np.float32)
+    if m == 0 or kk == 0:
+        return idx, sims
+    blocked = None if allowed is None else ~np.asarray(allowed, dtype=bool)
+    rows = max(1, int(block_bytes) // (4 * n_ref))
+    for start in range(0, m, rows):
+        s = q[start:start + rows] @ ref.T  # (b, n_ref)
+        if blocked is not None:
+            s[:, blocked] = -np.inf
+        part = np.argpartition(-s, kk - 1, axis=1)[:, :kk]
+        top = np.take_along_axis(s, part, axis=1)
+        order = np.argsort(-top, axis=1, kind="stable")
+        idx[start:start + rows] = np.take_along_axis(part, order, axis=1)
+        sims[start:start + rows] = np.take_along_axis(top, order, axis=1)
+    return idx, sims
+
+
+def neighbour_mean(coords: np.ndarray, idx: np.ndarray, sims: np.ndarray) -> np.ndarray:
+    """Similarity-weighted mean of the neighbours' coordinates (negative cosines weigh 0).
+
+    Args:
+        coords: (n_ref, d) float layout of the reference rows.
+        idx: (m, k) int reference rows from :func:`nearest_neighbours`, k >= 1.
+        sims: (m, k) float cosines of those rows.
+
+    Returns:
+        (m, d) float32; a plain mean where every weight is 0.
+    """
+    w = np.clip(np.asarray(sims, dtype=np.float64), 0.0, None)
+    total = w.sum(axis=1, keepdims=True)
+    w = np.where(total > 0, w / np.where(total > 0, total, 1.0), 1.0 / max(1, w.shape[1]))
+    pts = np.asarray(coords, dtype=np.float64)[idx]  # (m, k, d)
+    return np.einsum("mk,mkd->md", w, pts).astype(np.float32)
