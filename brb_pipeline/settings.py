@@ -45,6 +45,11 @@ class Settings:
     embedding_backend: str = "fast"  # "fast" (packed BERT on MLX) | "reference" (mlx-embeddings)
     max_tokens: int = 256  # truncation length of one chunk
     token_budget: int = 8192  # rows x padded length per batch
+    # Saving. DuckDB memory limit of the connection that loads partitions into brb.duckdb:
+    # uncommitted rows beyond it spill to <home>/brb.duckdb.tmp instead of staying in RAM, so a
+    # load's working set stays flat as the store grows (a load whose rows are too wide for it is
+    # retried without it). "" = DuckDB's default (80% of RAM).
+    duckdb_load_memory_limit: str = "64MB"
     # Indexes and search.
     hnsw_m: int = 16
     hnsw_ef_construction: int = 128

@@ -48,12 +48,19 @@ def extension_directory() -> Path:
     raise StoreError("DuckDB extension directory not found under the duckdb_ext package")
 
 
-def connect(path: Path | None, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+def connect(
+    path: Path | None, *, read_only: bool = False, memory_limit: str | None = None
+) -> duckdb.DuckDBPyConnection:
     """Open the chunk store with vss + fts loaded and HNSW persistence enabled.
+
+    Whatever DuckDB spills goes to ``<path>.tmp`` beside the store (inside the home dir, which
+    ``brb delete-all`` empties), never to a ``.tmp`` folder in the working directory.
 
     Args:
         path: ``brb.duckdb`` file; ``None`` for a throw-away in-memory store (tests, benchmarks).
         read_only: attach the file read-only (several readers may share it; no writer).
+        memory_limit: DuckDB ``memory_limit`` such as ``"64MB"`` (buffer-managed memory only:
+            an HNSW index does not count); ``None`` or ``""`` keeps DuckDB's default.
 
     Returns:
         A connection whose default catalog is the store, with ``TimeZone='UTC'`` so timestamps
@@ -80,8 +87,11 @@ def connect(path: Path | None, *, read_only: bool = False) -> duckdb.DuckDBPyCon
             ) from None
         con.execute("SET hnsw_enable_experimental_persistence = true")
         con.execute("SET TimeZone = 'UTC'")
+        if memory_limit:
+            con.execute(f"SET memory_limit = '{_memory_size(memory_limit)}'")
         if path is not None:
             path = Path(path)
+            con.execute(f"SET temp_directory = {_literal(str(path) + '.tmp')}")
             if read_only and not path.exists():
                 raise StoreError(f"no search store at {path}: run `brb ingest` first")
             if not read_only:
@@ -93,9 +103,28 @@ def connect(path: Path | None, *, read_only: bool = False) -> duckdb.DuckDBPyCon
     return con
 
 
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*$", re.IGNORECASE)
+
+
+def _memory_size(text: str) -> str:
+    """A DuckDB size literal (``"64MB"``, ``"1.5 GiB"``), checked before it is put into SQL.
+
+    Raises:
+        StoreError: anything else.
+    """
+    m = _SIZE_RE.match(text)
+    if not m:
+        raise StoreError(f"duckdb memory limit {text!r} is not a size like 64MB or 1GB")
+    return f"{m.group(1)}{m.group(2)}"
+
+
+def _literal(text: str) -> str:
+    # SET and ATTACH take no bound parameters; the paths are ours (not user message data).
+    return "'" + text.replace("'", "''") + "'"
+
+
 def _attach(con: duckdb.DuckDBPyConnection, path: Path, *, read_only: bool) -> None:
-    # ATTACH takes no bound parameters; the path is ours (not user message data), quote it.
-    literal = "'" + str(path).replace("'", "''") + "'"
+    literal = _literal(str(path))
     opts = " (READ_ONLY)" if read_only else ""
     try:
         con.execute(f"ATTACH {literal} AS {CATALOG}{opts}")

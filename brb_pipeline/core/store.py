@@ -1,8 +1,8 @@
 """Chunk store: per-batch Parquet partitions, loaded into DuckDB by one writer.
 
 Partitions are written in parallel (one Parquet file per contact batch, atomically) and loaded by
-a single loader in one transaction: delete the batches' old rows, insert the new ones from
-``read_parquet``, commit, checkpoint. A rerun partition therefore replaces its rows atomically and
+a single loader in one transaction: delete the batches' old rows, insert the new ones file by file
+from ``read_parquet``, commit, checkpoint. A rerun partition therefore replaces its rows atomically and
 a failed load leaves the previous rows (and indexes) exactly as they were.
 """
 
@@ -148,6 +148,10 @@ def _lexical_extras(content: pl.Series) -> list[str]:
     return out
 
 
+class LoadMemoryError(StoreError):
+    """A load ran out of the connection's DuckDB ``memory_limit``; the store is unchanged."""
+
+
 @dataclass
 class LoadReport:
     """Result of :func:`load_partitions`."""
@@ -230,6 +234,7 @@ def load_partitions(
 
     Raises:
         StoreError: model/dim mismatch without ``replace_all``; a missing or corrupt partition.
+        LoadMemoryError: the connection's ``memory_limit`` was too small for this load.
     """
     t0 = time.perf_counter()
     paths = {b: Path(p) for b, p in parquet_paths.items()}
@@ -279,9 +284,7 @@ def load_partitions(
                 [files],
             ).fetchone()[0]
             report.deleted += int(n)
-            cols = ", ".join(_INSERT_COLUMNS)
-            n = con.execute(f"INSERT INTO chunks ({cols}) SELECT {cols} FROM {src}", [files]).fetchone()[0]
-            report.inserted = int(n)
+            report.inserted = _insert_files(con, files)
         if model is not None:
             set_meta(con, "embedding_model", model)
             set_meta(con, "dim", dim)
@@ -289,7 +292,8 @@ def load_partitions(
     except BaseException as exc:
         _rollback(con)
         if isinstance(exc, duckdb.Error):
-            raise StoreError(
+            kind = LoadMemoryError if isinstance(exc, duckdb.OutOfMemoryException) else StoreError
+            raise kind(
                 f"loading partitions {report.batches} failed, previous chunks kept: "
                 f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
             ) from None
@@ -301,6 +305,20 @@ def load_partitions(
         report.inserted, report.deleted, len(paths), report.seconds,
     )  # fmt: skip
     return report
+
+
+def _insert_files(con: duckdb.DuckDBPyConnection, files: list[str]) -> int:
+    """Insert the partition files one by one (inside the caller's transaction).
+
+    One ``read_parquet`` over every file makes DuckDB scan them all in parallel, and the memory
+    of that scan grows with the store; file by file, it is bounded by the largest partition.
+
+    Returns:
+        Rows inserted.
+    """
+    cols = ", ".join(_INSERT_COLUMNS)
+    sql = f"INSERT INTO chunks ({cols}) SELECT {cols} FROM read_parquet(?, hive_partitioning = false)"
+    return sum(int(con.execute(sql, [f]).fetchone()[0]) for f in files)
 
 
 def _rollback(con: duckdb.DuckDBPyConnection) -> None:

@@ -8,27 +8,35 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
+import pyarrow.parquet as pq
 
 from brb_pipeline.core import metadata
 from brb_pipeline.core.batching import assign_batches, batch_fingerprints
 from brb_pipeline.core.contacts import resolve_contacts
 from brb_pipeline.core.errors import SourceError, SourceMissingError
 from brb_pipeline.core.progress import Progress
-from brb_pipeline.core.records import CHAT_SCHEMA, MESSAGE_SCHEMA, ReadResult
+from brb_pipeline.core.records import CHAT_SCHEMA, MESSAGE_SCHEMA, UNKNOWN_CONTACT_ID
 from brb_pipeline.core.stats import contact_stats
 from brb_pipeline.pipeline import paths
-from brb_pipeline.pipeline.privacy import forgotten_filter
+from brb_pipeline.pipeline.privacy import forgotten_rules
 from brb_pipeline.settings import Settings
 from brb_pipeline.sources.addressbook import read_addressbook
-from brb_pipeline.sources.imessage import read_imessage
+from brb_pipeline.sources.imessage import IMessageStream
 from brb_pipeline.sources.snapshot import take_snapshot
+
+if TYPE_CHECKING:
+    from brb_pipeline.sources.whatsapp import WhatsAppStream
 
 log = logging.getLogger("brb")
 
 Cancel = Callable[[], bool]
+
+#: Rows per block when parsing and when rewriting the messages file: what these stages hold at
+#: once (10K rows reads as fast as 50K and keeps the working set flat).
+_BLOCK_ROWS = 10_000
 
 
 def run_snapshot(s: Settings, progress: Progress | None = None) -> dict[str, Any]:
@@ -75,56 +83,114 @@ def snapshot_files(s: Settings) -> dict[str, Any]:
 
 
 def run_parse(s: Settings, progress: Progress | None = None, cancel: Cancel | None = None) -> dict[str, Any]:
-    """Read the snapshot's message stores into one normalized frame (staging Parquet)."""
+    """Read the snapshot's message stores into one normalized Parquet file (staging).
+
+    Messages are read, filtered (forgotten contacts) and written block by block, one row group
+    per block, so memory does not grow with the archive; the file appears only once complete.
+    """
     t0 = time.perf_counter()
     snap = snapshot_files(s)
-    results: list[ReadResult] = []
+    rules = forgotten_rules(s)
     channels = [c for c, on in s.channels().items() if on]
-    for i, channel in enumerate(channels):
-        def prog(done: int, total: int, i: int = i) -> None:
-            if progress and total:
-                progress.update("parsing", 100 * (i + done / total) / len(channels), f"{channel} {done:,}/{total:,}")
-
-        if channel == "imessage":
-            results.append(read_imessage(Path(snap["chat_db"]), default_region=s.default_region,
-                                         cancel=cancel, progress=prog))
-        elif channel == "whatsapp" and snap.get("whatsapp_db"):
-            from brb_pipeline.sources.whatsapp import read_whatsapp  # opened only when opted in
-
-            results.append(read_whatsapp(Path(snap["whatsapp_db"]), default_region=s.default_region,
-                                         cancel=cancel, progress=prog))
-    msgs = pl.concat([r.messages for r in results], how="vertical") if results else pl.DataFrame(schema=MESSAGE_SCHEMA)
-    chats = pl.concat([r.chats for r in results], how="vertical") if results else pl.DataFrame(schema=CHAT_SCHEMA)
-    msgs, chats, forgotten = forgotten_filter(s, msgs, chats)
-    paths.atomic_write_parquet(msgs, paths.parsed_messages(s))
-    paths.atomic_write_parquet(chats, paths.parsed_chats(s))
+    tally = _ParseTally()
+    chats: list[pl.DataFrame] = []
     stats: dict[str, int] = {}
-    for r in results:
-        for k, v in r.stats.items():
-            stats[k] = stats.get(k, 0) + int(v)
-        for w in r.warnings:
-            log.warning("Parsing - %s", w)
+    warnings: list[str] = []
+    with paths.atomic_parquet_writer(paths.parsed_messages(s), MESSAGE_SCHEMA) as write:
+        for i, channel in enumerate(channels):
+            def prog(done: int, total: int, i: int = i, channel: str = channel) -> None:
+                if progress and total:
+                    progress.update("parsing", 100 * (i + done / total) / len(channels), f"{channel} {done:,}/{total:,}")
+
+            stream = _channel_stream(s, snap, channel, cancel, prog)
+            if stream is None:
+                continue
+            with stream:
+                gone = rules.gone_chats(stream.chats) if rules else set()
+                keep = rules.keep(gone) if rules else None
+                for block in stream.blocks():
+                    if keep is not None:
+                        kept = block.filter(keep)
+                        tally.forgotten += block.height - kept.height
+                        block = kept
+                    tally.add(block)
+                    write(block)
+                result = stream.result()
+            chats.append(result.chats.filter(~pl.col("chat_id").is_in(list(gone))) if gone else result.chats)
+            for k, v in result.stats.items():
+                stats[k] = stats.get(k, 0) + int(v)
+            warnings.extend(result.warnings)
+    chat_frame = pl.concat(chats, how="vertical") if chats else pl.DataFrame(schema=CHAT_SCHEMA)
+    paths.atomic_write_parquet(chat_frame, paths.parsed_chats(s))
+    for w in warnings:
+        log.warning("Parsing - %s", w)
+    n = tally.messages
     if progress:
-        progress.update("parsing", 100, f"{msgs.height:,} messages")
-    n = msgs.height
+        progress.update("parsing", 100, f"{n:,} messages")
     meta: dict[str, Any] = {
         "messages": n,
-        "chats": chats.height,
+        "chats": chat_frame.height,
         "seconds": round(time.perf_counter() - t0, 3),
         "pct_from_attributed_body": round(100 * stats.get("from_attributed_body", 0) / n, 2) if n else 0.0,
         "pct_undecodable": round(100 * stats.get("undecodable", 0) / n, 3) if n else 0.0,
-        "first_ts": str(msgs["ts"].min()) if n else None,
-        "last_ts": str(msgs["ts"].max()) if n else None,
+        "first_ts": str(tally.first_ts) if n else None,
+        "last_ts": str(tally.last_ts) if n else None,
     }
     meta.update({f"stat_{k}": v for k, v in sorted(stats.items())})
-    meta["forgotten_messages_skipped"] = forgotten
+    meta["forgotten_messages_skipped"] = tally.forgotten
     return meta
 
 
+class _ParseTally:
+    """Running counts over the written blocks: messages, first/last timestamp, forgotten rows."""
+
+    def __init__(self) -> None:
+        self.messages = 0
+        self.forgotten = 0
+        self.first_ts: Any = None
+        self.last_ts: Any = None
+
+    def add(self, block: pl.DataFrame) -> None:
+        if not block.height:
+            return
+        self.messages += block.height
+        lo, hi = block["ts"].min(), block["ts"].max()
+        if lo is not None and (self.first_ts is None or lo < self.first_ts):
+            self.first_ts = lo
+        if hi is not None and (self.last_ts is None or hi > self.last_ts):
+            self.last_ts = hi
+
+
+def _channel_stream(s: Settings, snap: dict[str, Any], channel: str, cancel: Cancel | None,
+                    prog: Callable[[int, int], None]) -> IMessageStream | WhatsAppStream | None:
+    """The block reader of one enabled channel's snapshot (None when it has no store)."""
+    if channel == "imessage":
+        return IMessageStream(Path(snap["chat_db"]), default_region=s.default_region, cancel=cancel, progress=prog,
+                              chunk_rows=_BLOCK_ROWS)
+    if channel == "whatsapp" and snap.get("whatsapp_db"):
+        from brb_pipeline.sources.whatsapp import WhatsAppStream  # opened only when opted in
+
+        return WhatsAppStream(Path(snap["whatsapp_db"]), default_region=s.default_region, cancel=cancel,
+                              progress=prog, chunk_rows=_BLOCK_ROWS)
+    return None
+
+
+#: What contact resolution reads of each message, then what per-contact stats read.
+_RESOLVE_COLUMNS = ["channel", "chat_id", "sender"]
+_STATS_COLUMNS = ["chat_id", "message_id", "is_from_me", "ts"]
+#: What a batch fingerprint hashes (see ``core.batching.batch_fingerprints``).
+_FINGERPRINT_COLUMNS = ["batch", "contact_id", "message_id", "ts", "text", "edited", "reactions"]
+_FINGERPRINT_ROWS = 100_000  # messages read at once to fingerprint batches
+
+
 def run_contacts(s: Settings) -> dict[str, Any]:
-    """Resolve handles to contacts with AddressBook names, compute per-contact stats, write brb.db."""
+    """Resolve handles to contacts with AddressBook names, compute per-contact stats, write brb.db.
+
+    Resolution and stats read only the columns they need, one after the other; the messages file
+    for the per-batch stages is then written block by block (each message gets its chat's contact
+    and batch).
+    """
     t0 = time.perf_counter()
-    msgs = pl.read_parquet(paths.parsed_messages(s))
     chats = pl.read_parquet(paths.parsed_chats(s))
     snap = snapshot_files(s)
     people: list = []
@@ -140,8 +206,14 @@ def run_contacts(s: Settings) -> dict[str, Any]:
         ab_warnings.append("no AddressBook given: contacts are shown by handle (pass --addressbook DIR)")
     for w in ab_warnings:
         log.warning("Contacts - %s", w)
-    res = resolve_contacts(msgs, chats, people, default_region=s.default_region)
-    stats = contact_stats(res.messages)
+    parsed = paths.parsed_messages(s)
+    res = resolve_contacts(pl.read_parquet(parsed, columns=_RESOLVE_COLUMNS), chats, people,
+                           default_region=s.default_region)
+    contact_id = res.messages.get_column("contact_id")  # same file and row order as the stats columns
+    chat_contact = res.messages.select("chat_id", "contact_id").unique("chat_id", keep="first", maintain_order=True)
+    res.messages = res.messages.clear()  # from here on only its per-chat mapping is needed
+    stats = contact_stats(pl.read_parquet(parsed, columns=_STATS_COLUMNS).with_columns(contact_id))
+    del contact_id
     contacts = res.contacts.join(stats, on="contact_id", how="left")
     contacts = contacts.with_columns(pl.col("messages").fill_null(0))
     # Contact ids are stable across runs, so the last run's batches can be kept (sticky batches:
@@ -152,8 +224,8 @@ def run_contacts(s: Settings) -> dict[str, Any]:
                                  previous=dict(before.iter_rows()))
     contacts = contacts.join(assignments, on="contact_id", how="left").sort("rank")
     metadata.replace_contacts(s.brb_db, contacts)
-    with_batch = res.messages.join(assignments.select("contact_id", "batch"), on="contact_id", how="left")
-    paths.atomic_write_parquet(with_batch, paths.messages(s))
+    # A message's contact is its chat's contact: one row per chat carries it to every block.
+    _write_messages(s, chat_contact, assignments.select("contact_id", "batch"))
     named = int(contacts.filter(pl.col("name_source") == "addressbook").height)
     return {
         "contacts": contacts.height,
@@ -167,15 +239,40 @@ def run_contacts(s: Settings) -> dict[str, Any]:
     }
 
 
+def _write_messages(s: Settings, chat_contact: pl.DataFrame, batches: pl.DataFrame) -> None:
+    """Parsed messages + ``contact_id`` + ``batch`` -> ``paths.messages``, block by block.
+
+    Args:
+        chat_contact: (chat_id, contact_id), one row per chat of the parsed messages.
+        batches: (contact_id, batch) assignments.
+    """
+    src = pq.ParquetFile(paths.parsed_messages(s))
+    schema = pl.Schema({**MESSAGE_SCHEMA, "contact_id": pl.Utf8, "batch": batches.schema["batch"]})
+    with paths.atomic_parquet_writer(paths.messages(s), schema) as write:
+        for rb in src.iter_batches(batch_size=_BLOCK_ROWS, use_threads=False):
+            block = pl.from_arrow(rb)
+            block = block.join(chat_contact, on="chat_id", how="left", maintain_order="left").with_columns(
+                pl.col("contact_id").fill_null(UNKNOWN_CONTACT_ID))
+            write(block.join(batches, on="contact_id", how="left", maintain_order="left"))
+
+
 def run_batches(s: Settings, model_id: str | None = None) -> tuple[list[str], list[str], dict[str, Any]]:
     """Fingerprint every contact batch and record it in brb.db.
 
     Returns:
         (all batch keys in order, the keys that changed since they were embedded, metadata).
     """
-    msgs = pl.read_parquet(paths.messages(s))
-    fps = batch_fingerprints(msgs)
-    per = msgs.group_by("batch").agg(pl.len().alias("messages"), pl.col("contact_id").n_unique().alias("contacts"))
+    scan = pl.scan_parquet(paths.messages(s))
+    per = (scan.group_by("batch").agg(pl.len().alias("messages"), pl.col("contact_id").n_unique().alias("contacts"))
+           .collect())
+    fps: dict[str, str] = {}
+    # A few batches' messages in memory at a time (at most the largest batch, or a fixed budget).
+    budget = max(_FINGERPRINT_ROWS, int(per["messages"].max() or 0))
+    for group in _pack_batches(per, budget):
+        own = pl.col("batch").is_in([b for b in group if b is not None])
+        if None in group:
+            own = own | pl.col("batch").is_null()
+        fps.update(batch_fingerprints(scan.filter(own).select(_FINGERPRINT_COLUMNS).collect()))
     contacts = metadata.read_contacts(s.brb_db)
     # batches whose contacts have no messages at all still exist (their fingerprint is empty)
     all_keys = sorted(set(contacts["batch"].drop_nulls().to_list()) | set(per["batch"].to_list()))
@@ -201,6 +298,24 @@ def run_batches(s: Settings, model_id: str | None = None) -> tuple[list[str], li
         "largest_batch_messages": int(frame["messages"].max() or 0) if frame.height else 0,
     }
     return all_keys, diff["changed"], meta
+
+
+def _pack_batches(per: pl.DataFrame, budget: int) -> list[list[str | None]]:
+    """Batch keys in groups of at most ``budget`` messages (a larger batch forms its own group).
+
+    Args:
+        per: one row per batch with ``batch`` and ``messages``.
+        budget: messages per group.
+    """
+    groups: list[list[str | None]] = []
+    size = budget + 1
+    for batch, n in per.select("batch", "messages").iter_rows():
+        if size + n > budget:
+            groups.append([])
+            size = 0
+        groups[-1].append(batch)
+        size += n
+    return groups
 
 
 def _jsonable(d: Any) -> Any:

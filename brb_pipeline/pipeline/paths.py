@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+import polars as pl
+import pyarrow.parquet as pq
 
 from brb_pipeline.settings import Settings
 
@@ -53,3 +58,37 @@ def atomic_write_parquet(frame, path: Path) -> None:
     tmp = path.with_name(path.name + ".tmp")
     frame.write_parquet(tmp, compression="zstd", statistics=True)
     tmp.replace(path)
+
+
+@contextmanager
+def atomic_parquet_writer(path: Path, schema: pl.Schema) -> Iterator[Callable[[pl.DataFrame], None]]:
+    """Write a Parquet file block by block, one row group per block, through a temp file.
+
+    The file is renamed into place only when the with-block ends normally; on an error the temp
+    file is removed and an earlier file at ``path`` stays as it was.
+
+    Args:
+        path: the final file.
+        schema: the polars schema of every block (column order included).
+
+    Yields:
+        ``write(frame)``: appends one block (empty blocks are skipped).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    arrow_schema = pl.DataFrame(schema=schema).to_arrow().schema
+    writer = pq.ParquetWriter(tmp, arrow_schema, compression="zstd")
+
+    def write(frame: pl.DataFrame) -> None:
+        if frame.height:
+            table = frame.to_arrow()
+            writer.write_table(table if table.schema == arrow_schema else table.cast(arrow_schema))
+
+    try:
+        yield write
+        writer.close()
+        tmp.replace(path)
+    except BaseException:
+        writer.close()
+        tmp.unlink(missing_ok=True)
+        raise

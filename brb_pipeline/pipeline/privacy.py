@@ -50,34 +50,60 @@ def _digest(salt: bytes, value: str) -> str:
     return hashlib.sha256(salt + value.encode()).hexdigest()
 
 
-def forgotten_filter(s: Settings, messages: pl.DataFrame, chats: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, int]:
-    """Drop messages of forgotten contacts (their direct chats, their messages in groups,
-    forgotten group chats) from freshly parsed frames. Returns (messages, chats, dropped)."""
+class ForgottenRules:
+    """The forgotten handles and chats (salted digests), applied to freshly parsed frames.
+
+    Args:
+        salt: the home's forget salt.
+        handles: digests of forgotten handles.
+        chats: digests of forgotten group chat ids.
+    """
+
+    def __init__(self, salt: bytes, handles: set[str], chats: set[str]) -> None:
+        self.salt = salt
+        self.handles = handles
+        self.chats = chats
+
+    def _hashed(self, expr: pl.Expr) -> pl.Expr:
+        salt = self.salt
+        return expr.map_elements(lambda v: _digest(salt, v), return_dtype=pl.Utf8)
+
+    def gone_chats(self, chats: pl.DataFrame) -> set[str]:
+        """Chat ids to drop: direct chats with a forgotten participant and forgotten chats."""
+        direct_gone = chats.filter(
+            (pl.col("kind") == "direct")
+            & pl.col("participants").list.eval(self._hashed(pl.element()).is_in(list(self.handles))).list.any()
+        )["chat_id"].to_list()
+        group_gone = chats.filter(self._hashed(pl.col("chat_id")).is_in(list(self.chats)))["chat_id"].to_list()
+        return set(direct_gone) | set(group_gone)
+
+    def keep(self, gone_chats: set[str]) -> pl.Expr:
+        """Message predicate: not in a gone chat and not sent by a forgotten handle."""
+        return ~pl.col("chat_id").is_in(list(gone_chats)) & ~(
+            pl.col("sender").is_not_null() & self._hashed(pl.col("sender")).fill_null("").is_in(list(self.handles)))
+
+
+def forgotten_rules(s: Settings) -> ForgottenRules | None:
+    """What :func:`forget_contacts` remembered, or None when nobody was forgotten."""
     if not s.brb_db.exists():
-        return messages, chats, 0
+        return None
     with metadata.connect(s.brb_db) as c:
         c.execute(FORGOTTEN_DDL)
         rows = c.execute("SELECT kind, digest FROM forgotten").fetchall()
     if not rows:
+        return None
+    return ForgottenRules(_salt(s), {d for k, d in rows if k == "handle"}, {d for k, d in rows if k == "chat"})
+
+
+def forgotten_filter(s: Settings, messages: pl.DataFrame, chats: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+    """Drop messages of forgotten contacts (their direct chats, their messages in groups,
+    forgotten group chats) from freshly parsed frames. Returns (messages, chats, dropped)."""
+    rules = forgotten_rules(s)
+    if rules is None:
         return messages, chats, 0
-    salt = _salt(s)
-    handles = {d for k, d in rows if k == "handle"}
-    chat_digests = {d for k, d in rows if k == "chat"}
-
-    def hashed(col: str) -> pl.Expr:
-        return pl.col(col).map_elements(lambda v: _digest(salt, v), return_dtype=pl.Utf8)
-
-    direct_gone = chats.filter(
-        (pl.col("kind") == "direct")
-        & pl.col("participants").list.eval(pl.element().map_elements(lambda v: _digest(salt, v), return_dtype=pl.Utf8)
-                                           .is_in(list(handles))).list.any()
-    )["chat_id"].to_list()
-    group_gone = chats.filter(hashed("chat_id").is_in(list(chat_digests)))["chat_id"].to_list()
-    gone_chats = set(direct_gone) | set(group_gone)
-    keep = ~pl.col("chat_id").is_in(list(gone_chats)) & ~(
-        pl.col("sender").is_not_null() & hashed("sender").fill_null("").is_in(list(handles)))
-    kept = messages.filter(keep)
-    return kept, chats.filter(~pl.col("chat_id").is_in(list(gone_chats))), messages.height - kept.height
+    gone = rules.gone_chats(chats)
+    kept = messages.filter(rules.keep(gone))
+    return kept, chats.filter(~pl.col("chat_id").is_in(list(gone))), messages.height - kept.height
 
 
 def forget_contacts(s: Settings, contact_ids: list[str]) -> dict[str, Any]:

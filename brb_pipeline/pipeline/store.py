@@ -11,7 +11,7 @@ from typing import Any
 
 from brb_pipeline.core import duck, metadata
 from brb_pipeline.core.index import build_fts, build_hnsw, index_status
-from brb_pipeline.core.store import load_partitions, partition_path, store_stats
+from brb_pipeline.core.store import LoadMemoryError, load_partitions, partition_path, store_stats
 from brb_pipeline.pipeline.embed import drop_retired
 from brb_pipeline.settings import Settings
 
@@ -30,7 +30,7 @@ def run_load(s: Settings) -> dict[str, Any]:
     """
     t0 = time.perf_counter()
     batches = {b["batch"]: b for b in metadata.all_batches(s.brb_db)}
-    con = duck.connect(s.duckdb_path)
+    con = duck.connect(s.duckdb_path, memory_limit=s.duckdb_load_memory_limit)
     try:
         stored = store_stats(con).get("batches", {}) or {}
         stored_model = duck.get_meta(con, "embedding_model")
@@ -51,7 +51,15 @@ def run_load(s: Settings) -> dict[str, Any]:
             drop_retired(s)
             return {"changed": False, "chunks": int(sum(stored.values())), "seconds": round(time.perf_counter() - t0, 3),
                     "embedding_model": str(stored_model), "staged_files_pruned": prune_partitions(s, set(batches))}
-        report = load_partitions(con, todo, remove_batches=remove, replace_all=replace_all)
+        try:
+            report = load_partitions(con, todo, remove_batches=remove, replace_all=replace_all)
+        except LoadMemoryError:
+            # Rows far wider than usual: correctness first, the memory bound second.
+            log.warning("Saving - the load needs more than duckdb_load_memory_limit=%s; loading without it",
+                        s.duckdb_load_memory_limit)
+            con.close()
+            con = duck.connect(s.duckdb_path)
+            report = load_partitions(con, todo, remove_batches=remove, replace_all=replace_all)
         gen = int(duck.get_meta(con, GENERATION, 0) or 0) + 1
         duck.set_meta(con, GENERATION, gen)
         stats = store_stats(con)

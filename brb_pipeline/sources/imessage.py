@@ -5,7 +5,8 @@ Rules, in the order they are applied to each ``message`` row (read in ROWID orde
 * ``associated_message_type`` 2000-2007 (add) / 3000-3007 (remove) rows are tapbacks: they are
   never messages; they are folded onto their parent (``p:N/GUID`` or ``bp:GUID``) as the final
   state per (sender, kind) after removals. Tapbacks whose parent is not among the kept messages
-  are counted (``tapbacks_orphaned``).
+  are counted (``tapbacks_orphaned``). They are read in a first pass (a small share of the rows),
+  so the messages can then be produced block by block with their final reactions attached.
 * Text comes from ``text`` unless it is NULL or ''; then from ``attributedBody`` (typedstream)
   via :func:`decode_attributed_body` (``text_source="attributed_body"``); a blob that yields
   nothing sets ``undecodable``.
@@ -17,6 +18,9 @@ Rules, in the order they are applied to each ``message`` row (read in ROWID orde
   messages whose ``handle_id`` points at a vanished handle keep ``sender = None`` and are counted
   (``unknown_handle``).
 
+:func:`read_imessage` returns the whole archive as one frame; :class:`IMessageStream` yields the
+same rows in blocks of ``chunk_rows`` so a caller can write them out without holding them all.
+
 Dates: ``message.date`` is nanoseconds since 2001-01-01 UTC on modern macOS and seconds on old
 ones; the unit is decided per value by magnitude. Output timestamps are UTC microseconds.
 """
@@ -26,8 +30,9 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import TracebackType
 
 import polars as pl
 
@@ -49,7 +54,7 @@ log = logging.getLogger(__name__)
 CHANNEL = "imessage"
 WHAT = "chat.db"
 ORPHAN = f"{CHANNEL}:{ORPHAN_CHAT_ID}"
-CHUNK_ROWS = 50_000
+CHUNK_ROWS = 10_000  # source rows per block (10K rows read as fast as 50K and hold less at once)
 
 REQUIRED = {
     "message": {"ROWID", "guid", "text", "handle_id", "date", "is_from_me"},
@@ -147,88 +152,193 @@ def read_imessage(
         SourceMissingError, NotADatabaseError, UnknownSchemaError, DatabaseLockedError,
         CancelledError.
     """
-    path = Path(path)
-    conn = open_readonly(path, what=WHAT, required=REQUIRED, timeout_s=timeout_s)
-    try:
-        return _read(conn, default_region, cancel, progress, chunk_rows)
-    except sqlite3.Error as e:
-        raise translate_sqlite_error(e, WHAT, path) from None
-    finally:
-        conn.close()
+    with IMessageStream(path, default_region=default_region, cancel=cancel, progress=progress,
+                        chunk_rows=chunk_rows, timeout_s=timeout_s) as stream:
+        blocks = list(stream.blocks())
+        result = stream.result()
+    result.messages = pl.concat(blocks) if blocks else pl.DataFrame(schema=MESSAGE_SCHEMA)
+    return result
 
 
-def _read(
-    conn: sqlite3.Connection,
-    region: str,
-    cancel: Callable[[], bool] | None,
-    progress: Callable[[int, int], None] | None,
-    chunk_rows: int,
-) -> ReadResult:
-    t0 = time.perf_counter()
-    stats = dict.fromkeys(STAT_KEYS, 0)
+class IMessageStream:
+    """A chat.db read block by block: the rows of :func:`read_imessage`, never all at once.
 
-    handles = {
-        rowid: normalize_handle(raw, region)
-        for rowid, raw in conn.execute("SELECT ROWID, id FROM handle")
-    }
-    chat_cols = table_columns(conn, "chat")
-    style_col = "style" if "style" in chat_cols else "NULL"
-    name_col = "display_name" if "display_name" in chat_cols else "NULL"
-    chats_raw = conn.execute(f"SELECT ROWID, guid, {style_col}, {name_col} FROM chat").fetchall()
-    parts: dict[int, set[str]] = {}
-    for chat_rid, hid in conn.execute("SELECT chat_id, handle_id FROM chat_handle_join"):
-        h = handles.get(hid)
-        if h is not None:
-            parts.setdefault(chat_rid, set()).add(h)
-    chat_ids = {rid: f"{CHANNEL}:{guid}" for rid, guid, _, _ in chats_raw}
-    # Incoming message with handle_id 0 in a one-person chat: the sender is that person.
-    sole = {rid: next(iter(p)) for rid, p in parts.items() if len(p) == 1}
+    Use as a context manager (the connection is closed on exit)::
 
-    mcols = table_columns(conn, "message")
-    opt = {c: (f"m.{c}" if c in mcols else lit) for c, lit in _OPTIONAL.items()}
-    body = "CASE WHEN m.text IS NULL OR m.text = '' THEN m.attributedBody END" if "attributedBody" in mcols else "NULL"
-    if table_columns(conn, "message_attachment_join") >= {"message_id"}:
-        att = "(SELECT COUNT(*) FROM message_attachment_join a WHERE a.message_id = m.ROWID)"
-        if "cache_has_attachments" in mcols:
-            att = f"CASE WHEN m.cache_has_attachments THEN {att} ELSE 0 END"
-    else:
-        att = "0"
-    # Rare per-row facts folded into one integer so the common row costs few Python objects:
-    # 1 tapback, 2 edited, 4 retracted, 8 non-text item (rename, member change...).
-    atype = f"COALESCE({opt['associated_message_type']}, 0)"
-    tap_where = f"({atype} BETWEEN 2000 AND 2007 OR {atype} BETWEEN 3000 AND 3007)"
-    flags = (
-        f"({tap_where}) + 2 * (COALESCE({opt['date_edited']}, 0) != 0) "
-        f"+ 4 * (COALESCE({opt['date_retracted']}, 0) != 0) + 8 * (COALESCE({opt['item_type']}, 0) != 0)"
-    )
-    # Column names above come from our constants, never from data.
-    sql = (
-        f"SELECT m.ROWID, m.guid, m.text, {body}, m.handle_id, m.date, m.is_from_me, {flags}, "
-        "(SELECT MIN(j.chat_id) FROM chat_message_join j WHERE j.message_id = m.ROWID), "
-        f"{att} FROM message m WHERE m.ROWID > ? ORDER BY m.ROWID LIMIT ?"
-    )
-    tap_sql = (
-        f"SELECT m.ROWID, {atype}, {opt['associated_message_guid']}, {opt['associated_message_emoji']} "
-        f"FROM message m WHERE m.ROWID > ? AND m.ROWID <= ? AND {tap_where}"
-    )
-    total = conn.execute("SELECT COUNT(*) FROM message").fetchone()[0]
-    if progress:
-        progress(0, total)
+        with IMessageStream(path) as stream:
+            stream.chats            # every chat a message can point at (CHAT_SCHEMA), orphan bucket included
+            for block in stream.blocks():   # MESSAGE_SCHEMA frames, ROWID order
+                ...
+            result = stream.result()        # final chats, stats, warnings; messages empty
 
-    frames: list[pl.DataFrame] = []
-    tapbacks: list[tuple] = []
-    decode = decode_attributed_body
-    last = -1
-    while True:
-        if cancel is not None and cancel():
-            raise CancelledError(
-                f"iMessage - read cancelled after {stats['messages_read']:,} of {total:,} messages"
-            )
-        rows = conn.execute(sql, (last, chunk_rows)).fetchall()
-        if not rows:
-            break
-        first, last = last, rows[-1][0]
-        stats["messages_read"] += len(rows)
+    Memory held between blocks: the handle and chat maps and the final tapback state (one entry
+    per reaction still standing), not the messages.
+
+    Args:
+        path, default_region, cancel, progress, chunk_rows, timeout_s: as for
+            :func:`read_imessage`.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        default_region: str = "US",
+        cancel: Callable[[], bool] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+        chunk_rows: int = CHUNK_ROWS,
+        timeout_s: float = 5.0,
+    ) -> None:
+        self.path = Path(path)
+        self.region = default_region
+        self.cancel = cancel
+        self.progress = progress
+        self.chunk_rows = chunk_rows
+        self.timeout_s = timeout_s
+        self.stats = dict.fromkeys(STAT_KEYS, 0)
+        self.chats = pl.DataFrame(schema=CHAT_SCHEMA)
+        self._conn: sqlite3.Connection | None = None
+        self._done = False
+        self._t0 = time.perf_counter()
+
+    def __enter__(self) -> "IMessageStream":
+        self._conn = open_readonly(self.path, what=WHAT, required=REQUIRED, timeout_s=self.timeout_s)
+        try:
+            self._prepare(self._conn)
+        except sqlite3.Error as e:
+            self._conn.close()
+            raise translate_sqlite_error(e, WHAT, self.path) from None
+        except BaseException:
+            self._conn.close()
+            raise
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _prepare(self, conn: sqlite3.Connection) -> None:
+        """Handles, chats, the two message queries, and the final tapback state (first pass)."""
+        self.handles = {rowid: normalize_handle(raw, self.region) for rowid, raw in conn.execute("SELECT ROWID, id FROM handle")}
+        chat_cols = table_columns(conn, "chat")
+        style_col = "style" if "style" in chat_cols else "NULL"
+        name_col = "display_name" if "display_name" in chat_cols else "NULL"
+        chats_raw = conn.execute(f"SELECT ROWID, guid, {style_col}, {name_col} FROM chat").fetchall()
+        parts: dict[int, set[str]] = {}
+        for chat_rid, hid in conn.execute("SELECT chat_id, handle_id FROM chat_handle_join"):
+            h = self.handles.get(hid)
+            if h is not None:
+                parts.setdefault(chat_rid, set()).add(h)
+        self.chat_ids = {rid: f"{CHANNEL}:{guid}" for rid, guid, _, _ in chats_raw}
+        # Incoming message with handle_id 0 in a one-person chat: the sender is that person.
+        self.sole = {rid: next(iter(p)) for rid, p in parts.items() if len(p) == 1}
+        chat_rows = []
+        for rid, guid, style, name in chats_raw:
+            p = sorted(parts.get(rid, ()))
+            kind = "group" if style == 43 or len(p) > 1 else "direct"
+            chat_rows.append((CHANNEL, self.chat_ids[rid], kind, name or None, p))
+        chat_rows.append((CHANNEL, ORPHAN, "direct", None, []))  # listed by result() only when used
+        self.chats = pl.DataFrame(chat_rows, schema=CHAT_SCHEMA, orient="row")
+
+        mcols = table_columns(conn, "message")
+        opt = {c: (f"m.{c}" if c in mcols else lit) for c, lit in _OPTIONAL.items()}
+        body = "CASE WHEN m.text IS NULL OR m.text = '' THEN m.attributedBody END" if "attributedBody" in mcols else "NULL"
+        if table_columns(conn, "message_attachment_join") >= {"message_id"}:
+            att = "(SELECT COUNT(*) FROM message_attachment_join a WHERE a.message_id = m.ROWID)"
+            if "cache_has_attachments" in mcols:
+                att = f"CASE WHEN m.cache_has_attachments THEN {att} ELSE 0 END"
+        else:
+            att = "0"
+        # Rare per-row facts folded into one integer so the common row costs few Python objects:
+        # 1 tapback, 2 edited, 4 retracted, 8 non-text item (rename, member change...).
+        atype = f"COALESCE({opt['associated_message_type']}, 0)"
+        tap_where = f"({atype} BETWEEN 2000 AND 2007 OR {atype} BETWEEN 3000 AND 3007)"
+        flags = (
+            f"({tap_where}) + 2 * (COALESCE({opt['date_edited']}, 0) != 0) "
+            f"+ 4 * (COALESCE({opt['date_retracted']}, 0) != 0) + 8 * (COALESCE({opt['item_type']}, 0) != 0)"
+        )
+        chat_of = "(SELECT MIN(j.chat_id) FROM chat_message_join j WHERE j.message_id = m.ROWID)"
+        # Column names above come from our constants, never from data.
+        self._sql = (
+            f"SELECT m.ROWID, m.guid, m.text, {body}, m.handle_id, m.date, m.is_from_me, {flags}, "
+            f"{chat_of}, {att} FROM message m WHERE m.ROWID > ? ORDER BY m.ROWID LIMIT ?"
+        )
+        tap_sql = (
+            f"SELECT {atype}, {opt['associated_message_guid']}, {opt['associated_message_emoji']}, "
+            f"m.handle_id, m.date, m.is_from_me, {chat_of} FROM message m WHERE {tap_where} ORDER BY m.ROWID"
+        )
+        self.total = conn.execute("SELECT COUNT(*) FROM message").fetchone()[0]
+        self._fold_state(conn.execute(tap_sql))
+
+    def _fold_state(self, rows: Iterator[tuple]) -> None:
+        """Final tapback state per parent (``self._rx``) and tapback rows per parent id.
+
+        Args:
+            rows: ``(associated_message_type, associated_message_guid, emoji, handle_id, date,
+                is_from_me, chat rowid)`` of every tapback row, in ROWID order.
+        """
+        prefix = f"{CHANNEL}:"
+        state: dict[tuple, tuple] = {}
+        self._tap_rows: dict[str | None, int] = {}
+        for atype, aguid, emoji, hid, date, me, chat_rid in rows:
+            if me:
+                sender = None
+            else:
+                sender = self.handles.get(hid)
+                if sender is None and chat_rid is not None:
+                    sender = self.sole.get(chat_rid)
+            pguid = parent_guid(aguid)
+            pid = prefix + pguid if pguid else None
+            self._tap_rows[pid] = self._tap_rows.get(pid, 0) + 1
+            if pid is None:
+                continue
+            k = atype % 1000
+            key = (pid, bool(me), sender, k)
+            state.pop(key, None)  # removed, or re-inserted so dict order follows the latest add
+            if atype < 3000:
+                state[key] = (date, emoji if k == 6 else None)
+        self._tap_pids = [p for p in self._tap_rows if p is not None]
+        self._rx = _reaction_frame(state)
+
+    def blocks(self) -> Iterator[pl.DataFrame]:
+        """Yield the kept messages in ROWID order, ``chunk_rows`` source rows at a time.
+
+        Yields:
+            MESSAGE_SCHEMA frames (possibly empty when a chunk held only tapbacks or skipped rows).
+
+        Raises:
+            CancelledError, DatabaseLockedError (and the other source errors) between chunks.
+        """
+        if self._conn is None:
+            raise RuntimeError("IMessageStream.blocks() outside its with-block")
+        conn = self._conn
+        if self.progress:
+            self.progress(0, self.total)
+        last = -1
+        try:
+            while True:
+                if self.cancel is not None and self.cancel():
+                    raise CancelledError(
+                        f"iMessage - read cancelled after {self.stats['messages_read']:,} of {self.total:,} messages"
+                    )
+                rows = conn.execute(self._sql, (last, self.chunk_rows)).fetchall()
+                if not rows:
+                    break
+                last = rows[-1][0]
+                self.stats["messages_read"] += len(rows)
+                block = self._block(rows)
+                del rows
+                if self.progress:
+                    self.progress(self.stats["messages_read"], self.total)
+                yield block
+        except sqlite3.Error as e:
+            raise translate_sqlite_error(e, WHAT, self.path) from None
+        self._done = True
+
+    def _block(self, rows: list[tuple]) -> pl.DataFrame:
+        """One chunk of source rows -> kept messages (MESSAGE_SCHEMA) with their reactions."""
+        stats, handles, sole, chat_ids = self.stats, self.handles, self.sole, self.chat_ids
         c_rowid: list[int] = []
         c_guid: list[str] = []
         c_chat: list[str] = []
@@ -240,23 +350,10 @@ def _read(
         c_undec: list[bool] = []
         c_edit: list[bool] = []
         c_att: list[int] = []
-        tap_info = None
+        decode = decode_attributed_body
         for rowid, guid, text, blob, hid, date, me, flag, chat_rid, natt in rows:
             if flag & 1:
-                if tap_info is None:
-                    tap_info = {r[0]: r[1:] for r in conn.execute(tap_sql, (first, last))}
-                info = tap_info.get(rowid)
-                if info is None:  # changed between the two queries (live file): read it next time
-                    continue
-                atype, aguid, aemoji = info
-                if me:
-                    sender = None
-                else:
-                    sender = handles.get(hid)
-                    if sender is None and chat_rid is not None:
-                        sender = sole.get(chat_rid)
-                tapbacks.append((parent_guid(aguid), atype, bool(me), sender, date, aemoji))
-                continue
+                continue  # a tapback: folded from the first pass
             undec = False
             if text:
                 src = "text"
@@ -308,92 +405,77 @@ def _read(
             c_undec.append(undec)
             c_edit.append(bool(flag & 2))
             c_att.append(natt)
-        frames.append(
-            pl.DataFrame(
-                [c_rowid, c_guid, c_chat, c_sender, c_me, c_date, c_text, c_src, c_undec, c_edit, c_att],
-                schema=_RAW_SCHEMA,
-                orient="col",
-            )
+        raw = pl.DataFrame(
+            [c_rowid, c_guid, c_chat, c_sender, c_me, c_date, c_text, c_src, c_undec, c_edit, c_att],
+            schema=_RAW_SCHEMA,
+            orient="col",
         )
-        if progress:
-            progress(stats["messages_read"], total)
+        messages = raw.select(
+            pl.lit(CHANNEL).alias("channel"),
+            (pl.lit(f"{CHANNEL}:") + pl.col("guid")).alias("message_id"),
+            "source_rowid",
+            "chat_id",
+            "sender",
+            "is_from_me",
+            apple_date_to_us(pl.col("date")).alias("ts"),
+            "text",
+            "text_source",
+            "undecodable",
+            "edited",
+            "attachments",
+        )
+        stats["messages"] += messages.height
+        return self._attach_reactions(messages).select(list(MESSAGE_SCHEMA))
 
-    raw = pl.concat(frames) if frames else pl.DataFrame(schema=_RAW_SCHEMA)
-    messages = raw.select(
-        pl.lit(CHANNEL).alias("channel"),
-        (pl.lit(f"{CHANNEL}:") + pl.col("guid")).alias("message_id"),
-        "source_rowid",
-        "chat_id",
-        "sender",
-        "is_from_me",
-        apple_date_to_us(pl.col("date")).alias("ts"),
-        "text",
-        "text_source",
-        "undecodable",
-        "edited",
-        "attachments",
-    )
-    messages = _fold_tapbacks(messages, tapbacks, stats)
-    stats["messages"] = messages.height
+    def _attach_reactions(self, messages: pl.DataFrame) -> pl.DataFrame:
+        """Add ``reactions`` (empty list when none); count the tapback rows of these parents."""
+        empty = pl.lit(pl.Series([[]], dtype=pl.List(REACTION))).first()
+        if self._tap_pids:
+            parents = messages.filter(pl.col("message_id").is_in(self._tap_pids))["message_id"].to_list()
+            self.stats["tapbacks_folded"] += sum(self._tap_rows[p] for p in parents)
+        if self._rx.height == 0:
+            return messages.with_columns(empty.alias("reactions"))
+        out = messages.join(self._rx, on="message_id", how="left", maintain_order="left")
+        return out.with_columns(pl.col("reactions").fill_null(empty))
 
-    chat_rows = []
-    for rid, guid, style, name in chats_raw:
-        p = sorted(parts.get(rid, ()))
-        kind = "group" if style == 43 or len(p) > 1 else "direct"
-        chat_rows.append((CHANNEL, chat_ids[rid], kind, name or None, p))
-    if stats["orphans"]:
-        chat_rows.append((CHANNEL, ORPHAN, "direct", None, []))
-    chats = pl.DataFrame(chat_rows, schema=CHAT_SCHEMA, orient="row")
+    def result(self) -> ReadResult:
+        """Chats (with the orphan bucket when used), stats and warnings; ``messages`` is empty.
 
-    warnings = []
-    if stats["tapbacks_orphaned"]:
-        warnings.append(f"iMessage - {stats['tapbacks_orphaned']:,} tapbacks whose parent message is missing")
-    if stats["orphans"]:
-        warnings.append(f"iMessage - {stats['orphans']:,} messages with no chat, kept under {ORPHAN}")
-    if stats["unknown_handle"]:
-        warnings.append(f"iMessage - {stats['unknown_handle']:,} messages from a handle that no longer exists")
-    if stats["undecodable"]:
-        warnings.append(f"iMessage - {stats['undecodable']:,} attributedBody blobs yielded no text")
-    dt = time.perf_counter() - t0
-    log.info(
-        "iMessage - read %s rows into %s messages and %s chats in %.2f s",
-        f"{stats['messages_read']:,}", f"{stats['messages']:,}", f"{chats.height:,}", dt,
-    )
-    return ReadResult(messages=messages.select(list(MESSAGE_SCHEMA)), chats=chats, stats=stats, warnings=warnings)
+        Raises:
+            RuntimeError: before :meth:`blocks` was exhausted.
+        """
+        if not self._done:
+            raise RuntimeError("IMessageStream.result() before every block was read")
+        stats = self.stats
+        stats["tapbacks_orphaned"] = sum(self._tap_rows.values()) - stats["tapbacks_folded"]
+        chats = self.chats if stats["orphans"] else self.chats.head(self.chats.height - 1)  # the bucket is last
+        warnings = []
+        if stats["tapbacks_orphaned"]:
+            warnings.append(f"iMessage - {stats['tapbacks_orphaned']:,} tapbacks whose parent message is missing")
+        if stats["orphans"]:
+            warnings.append(f"iMessage - {stats['orphans']:,} messages with no chat, kept under {ORPHAN}")
+        if stats["unknown_handle"]:
+            warnings.append(f"iMessage - {stats['unknown_handle']:,} messages from a handle that no longer exists")
+        if stats["undecodable"]:
+            warnings.append(f"iMessage - {stats['undecodable']:,} attributedBody blobs yielded no text")
+        log.info(
+            "iMessage - read %s rows into %s messages and %s chats in %.2f s",
+            f"{stats['messages_read']:,}", f"{stats['messages']:,}", f"{chats.height:,}", time.perf_counter() - self._t0,
+        )
+        return ReadResult(messages=pl.DataFrame(schema=MESSAGE_SCHEMA), chats=chats, stats=dict(stats), warnings=warnings)
 
 
-def _fold_tapbacks(messages: pl.DataFrame, tapbacks: list[tuple], stats: dict[str, int]) -> pl.DataFrame:
-    """Attach the final tapback state to each parent as ``reactions`` (empty list when none).
+def _reaction_frame(state: dict[tuple, tuple]) -> pl.DataFrame:
+    """Final tapback state -> one row per parent ``message_id`` with its ``reactions`` list.
 
     Args:
-        messages: kept messages (no ``reactions`` column yet).
-        tapbacks: ``(parent_guid, associated_message_type, is_from_me, sender, date, emoji)``
-            in ROWID order.
-        stats: updated with ``tapbacks_folded`` (tapback rows, adds and removals, whose parent
-            is kept) and ``tapbacks_orphaned`` (the rest).
+        state: ``(parent message_id, is_from_me, sender, kind index) -> (date, emoji)``, in the
+            order of each reaction's latest add.
+
+    Returns:
+        Frame ``message_id`` (Utf8), ``reactions`` (List(REACTION), sorted by time, ties in
+        latest-add order).
     """
-    empty = pl.lit(pl.Series([[]], dtype=pl.List(REACTION))).first()
-    if not tapbacks:
-        return messages.with_columns(empty.alias("reactions"))
-    prefix = f"{CHANNEL}:"
-    wanted = {prefix + t[0] for t in tapbacks if t[0]}
-    present = set(messages.filter(pl.col("message_id").is_in(list(wanted)))["message_id"].to_list())
-    state: dict[tuple, tuple] = {}
-    for pguid, atype, me, sender, date, emoji in tapbacks:
-        pid = prefix + pguid if pguid else None
-        if pid not in present:
-            stats["tapbacks_orphaned"] += 1
-            continue
-        stats["tapbacks_folded"] += 1
-        k = atype % 1000
-        key = (pid, me, sender, k)
-        if atype >= 3000:
-            state.pop(key, None)
-        else:
-            state.pop(key, None)  # re-insert so dict order follows the latest add
-            state[key] = (date, emoji if k == 6 else None)
-    if not state:
-        return messages.with_columns(empty.alias("reactions"))
     rx = pl.DataFrame(
         {
             "message_id": [k[0] for k in state],
@@ -406,12 +488,10 @@ def _fold_tapbacks(messages: pl.DataFrame, tapbacks: list[tuple], stats: dict[st
         schema={"message_id": pl.Utf8, "kind": pl.Utf8, "sender": pl.Utf8, "is_from_me": pl.Boolean,
                 "date": pl.Int64, "emoji": pl.Utf8},
     )
-    rx = (
+    return (
         rx.with_columns(apple_date_to_us(pl.col("date")).alias("ts"))
         .sort("ts", maintain_order=True)
         .group_by("message_id", maintain_order=True)
         .agg(pl.struct("kind", "sender", "is_from_me", "ts", "emoji").alias("reactions"))
         .with_columns(pl.col("reactions").cast(pl.List(REACTION)))
     )
-    out = messages.join(rx, on="message_id", how="left", maintain_order="left")
-    return out.with_columns(pl.col("reactions").fill_null(empty))

@@ -14,15 +14,19 @@ Facts used (WhatsApp for iOS / macOS Core Data store):
   group messages, whose sender is ``ZGROUPMEMBER`` -> ``ZWAGROUPMEMBER.ZMEMBERJID``;
   ``ZMEDIAITEM`` -> ``ZWAMEDIAITEM`` marks an attachment; ``ZSTANZAID`` is the protocol id.
 * ``ZMESSAGETYPE`` 6 and 10 are system notices (group events, security-code changes): skipped.
+
+:func:`read_whatsapp` returns the whole store as one frame; :class:`WhatsAppStream` yields the
+same rows in blocks so a caller can write them out without holding them all.
 """
 
 from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
+from types import TracebackType
 
 import polars as pl
 
@@ -38,7 +42,7 @@ WHAT = "WhatsApp ChatStorage"
 SESSION_DIRECT, SESSION_GROUP, SESSION_STATUS = 0, 1, 3
 SYSTEM_MESSAGE_TYPES = (6, 10)
 APPLE_EPOCH_US = int(datetime(2001, 1, 1, tzinfo=timezone.utc).timestamp()) * 1_000_000
-FETCH_ROWS = 50_000
+FETCH_ROWS = 10_000  # source rows per block
 
 REQUIRED = {
     "ZWACHATSESSION": {"Z_PK", "ZCONTACTJID", "ZSESSIONTYPE", "ZPARTNERNAME"},
@@ -56,6 +60,18 @@ FROM ZWAMESSAGE AS m
 LEFT JOIN ZWAGROUPMEMBER AS gm ON gm.Z_PK = m.ZGROUPMEMBER
 ORDER BY m.Z_PK
 """
+
+# Stanza ids that may repeat once normalized (trimmed like ``str.strip``): the only ids whose
+# first occurrence must be remembered across blocks. Odd types and ``pk-...`` ids (which could
+# meet a Z_PK fallback id) are always candidates.
+_DUPLICATE_CANDIDATES_SQL = """
+SELECT ZSTANZAID FROM ZWAMESSAGE
+WHERE typeof(ZSTANZAID) NOT IN ('text', 'null')
+   OR (typeof(ZSTANZAID) = 'text' AND (trim(ZSTANZAID, :ws) LIKE 'pk-%' OR trim(ZSTANZAID, :ws) IN (
+       SELECT trim(ZSTANZAID, :ws) AS k FROM ZWAMESSAGE WHERE typeof(ZSTANZAID) = 'text'
+       GROUP BY k HAVING count(*) > 1)))
+"""
+_WHITESPACE = "".join(c for c in map(chr, range(0x3001)) if c.isspace())
 
 Cancel = Callable[[], bool]
 ProgressFn = Callable[[int, int], None]
@@ -94,58 +110,139 @@ def read_whatsapp(
         SourceMissingError, NotADatabaseError, DatabaseLockedError, UnknownSchemaError,
         CancelledError.
     """
-    path = Path(path).expanduser()
-    conn = open_readonly(path, what=WHAT, required=REQUIRED, timeout_s=timeout_s)
-    conn.text_factory = lambda b: b.decode("utf-8", "replace")
-    stats = dict.fromkeys(
-        ("messages_read", "status_skipped", "empty_skipped", "system_skipped", "bad_timestamp", "orphans",
-         "unknown_sender", "attachments", "duplicate_ids", "chats", "groups", "undecodable_text"),
-        0,
-    )
-    warnings: list[str] = []
-    try:
-        sessions = conn.execute("SELECT Z_PK, ZCONTACTJID, ZSESSIONTYPE, ZPARTNERNAME FROM ZWACHATSESSION").fetchall()
-        members = conn.execute(
-            "SELECT ZCHATSESSION, ZMEMBERJID FROM ZWAGROUPMEMBER WHERE ZCHATSESSION IS NOT NULL"
-        ).fetchall()
-        total = conn.execute("SELECT count(*) FROM ZWAMESSAGE").fetchone()[0] or 0
-        chats, session_info = _chats(sessions, members, default_region, stats)
-        cur = conn.execute(_MESSAGES_SQL)
-        parts: list[pl.DataFrame] = []
-        done = 0
-        if progress is not None:
-            progress(0, total)
-        while True:
-            if cancel is not None and cancel():
-                raise CancelledError(f"WhatsApp - read cancelled after {done:,} of {total:,} rows")
-            rows = cur.fetchmany(chunk_rows)
-            if not rows:
-                break
-            parts.append(_frame(rows))
-            done += len(rows)
-            if progress is not None:
-                progress(done, total)
-    except sqlite3.Error as e:
-        raise translate_sqlite_error(e, WHAT, path) from None
-    finally:
-        conn.close()
+    with WhatsAppStream(path, default_region=default_region, cancel=cancel, progress=progress,
+                        chunk_rows=chunk_rows, timeout_s=timeout_s) as stream:
+        blocks = list(stream.blocks())
+        result = stream.result()
+    result.messages = pl.concat(blocks) if blocks else pl.DataFrame(schema=MESSAGE_SCHEMA)
+    return result
 
-    raw = pl.concat(parts) if parts else _frame([])
-    messages = _normalize(raw, session_info, default_region, stats)
-    if stats["bad_timestamp"]:
-        warnings.append(f"WhatsApp - {stats['bad_timestamp']} messages without a usable date were skipped")
-    if stats["orphans"]:
-        warnings.append(f"WhatsApp - {stats['orphans']} messages point at no chat session")
-    if stats["undecodable_text"]:
-        warnings.append(f"WhatsApp - {stats['undecodable_text']} messages had invalid UTF-8 (replaced)")
-    for w in warnings:
-        log.warning(w)
-    log.info(
-        "WhatsApp - %d messages in %d chats (%d status, %d empty, %d system skipped)",
-        stats["messages_read"], stats["chats"], stats["status_skipped"], stats["empty_skipped"],
-        stats["system_skipped"],
-    )
-    return ReadResult(messages=messages, chats=chats, stats=stats, warnings=warnings)
+
+class WhatsAppStream:
+    """A WhatsApp store read block by block: the rows of :func:`read_whatsapp`, never all at once.
+
+    Use as a context manager (the connection is closed on exit): ``chats`` is known on entry,
+    :meth:`blocks` yields MESSAGE_SCHEMA frames in Z_PK order, :meth:`result` then gives the
+    stats and warnings (its ``messages`` is empty). Memory held between blocks: the sessions,
+    the normalized senders and the stanza ids that may repeat, not the messages.
+
+    Args:
+        path, default_region, cancel, progress, chunk_rows, timeout_s: as for
+            :func:`read_whatsapp`.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        default_region: str = "US",
+        cancel: Cancel | None = None,
+        progress: ProgressFn | None = None,
+        chunk_rows: int = FETCH_ROWS,
+        timeout_s: float = 5.0,
+    ) -> None:
+        self.path = Path(path).expanduser()
+        self.region = default_region
+        self.cancel = cancel
+        self.progress = progress
+        self.chunk_rows = chunk_rows
+        self.timeout_s = timeout_s
+        self.stats = dict.fromkeys(
+            ("messages_read", "status_skipped", "empty_skipped", "system_skipped", "bad_timestamp", "orphans",
+             "unknown_sender", "attachments", "duplicate_ids", "chats", "groups", "undecodable_text"),
+            0,
+        )
+        self.chats = pl.DataFrame(schema=CHAT_SCHEMA)
+        self.senders: dict[str, str | None] = {}  # raw sender JID -> normalized handle
+        self.repeatable: set[str] = set()  # normalized ids that may repeat
+        self.seen: set[str] = set()  # those of them already given out
+        self._conn: sqlite3.Connection | None = None
+        self._done = False
+
+    def __enter__(self) -> "WhatsAppStream":
+        self._conn = open_readonly(self.path, what=WHAT, required=REQUIRED, timeout_s=self.timeout_s)
+        conn = self._conn
+        conn.text_factory = lambda b: b.decode("utf-8", "replace")
+        try:
+            sessions = conn.execute("SELECT Z_PK, ZCONTACTJID, ZSESSIONTYPE, ZPARTNERNAME FROM ZWACHATSESSION").fetchall()
+            members = conn.execute(
+                "SELECT ZCHATSESSION, ZMEMBERJID FROM ZWAGROUPMEMBER WHERE ZCHATSESSION IS NOT NULL"
+            ).fetchall()
+            self.total = conn.execute("SELECT count(*) FROM ZWAMESSAGE").fetchone()[0] or 0
+            self.chats, self.info = _chats(sessions, members, self.region, self.stats)
+            rows = conn.execute(_DUPLICATE_CANDIDATES_SQL, {"ws": _WHITESPACE})
+            self.repeatable = {v for (raw,) in rows if (v := _str(raw)) is not None}
+        except sqlite3.Error as e:
+            conn.close()
+            raise translate_sqlite_error(e, WHAT, self.path) from None
+        except BaseException:
+            conn.close()
+            raise
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def blocks(self) -> Iterator[pl.DataFrame]:
+        """Yield the kept messages in Z_PK order, ``chunk_rows`` source rows at a time.
+
+        Yields:
+            MESSAGE_SCHEMA frames (possibly empty).
+
+        Raises:
+            CancelledError, DatabaseLockedError (and the other source errors) between chunks.
+        """
+        if self._conn is None:
+            raise RuntimeError("WhatsAppStream.blocks() outside its with-block")
+        done = 0
+        try:
+            cur = self._conn.execute(_MESSAGES_SQL)
+            if self.progress is not None:
+                self.progress(0, self.total)
+            while True:
+                if self.cancel is not None and self.cancel():
+                    raise CancelledError(f"WhatsApp - read cancelled after {done:,} of {self.total:,} rows")
+                rows = cur.fetchmany(self.chunk_rows)
+                if not rows:
+                    break
+                raw = _frame(rows)
+                done += len(rows)
+                del rows
+                block = _normalize(raw, self.info, self)
+                if self.progress is not None:
+                    self.progress(done, self.total)
+                yield block
+        except sqlite3.Error as e:
+            raise translate_sqlite_error(e, WHAT, self.path) from None
+        self._done = True
+
+    def result(self) -> ReadResult:
+        """Chats, stats and warnings (logged); ``messages`` is empty.
+
+        Raises:
+            RuntimeError: before :meth:`blocks` was exhausted.
+        """
+        if not self._done:
+            raise RuntimeError("WhatsAppStream.result() before every block was read")
+        stats = self.stats
+        warnings: list[str] = []
+        if stats["bad_timestamp"]:
+            warnings.append(f"WhatsApp - {stats['bad_timestamp']} messages without a usable date were skipped")
+        if stats["orphans"]:
+            warnings.append(f"WhatsApp - {stats['orphans']} messages point at no chat session")
+        if stats["undecodable_text"]:
+            warnings.append(f"WhatsApp - {stats['undecodable_text']} messages had invalid UTF-8 (replaced)")
+        for w in warnings:
+            log.warning(w)
+        log.info(
+            "WhatsApp - %d messages in %d chats (%d status, %d empty, %d system skipped)",
+            stats["messages_read"], stats["chats"], stats["status_skipped"], stats["empty_skipped"],
+            stats["system_skipped"],
+        )
+        return ReadResult(messages=pl.DataFrame(schema=MESSAGE_SCHEMA), chats=self.chats, stats=dict(stats),
+                          warnings=warnings)
 
 
 def _str(v: object) -> str | None:
@@ -216,26 +313,34 @@ def _frame(rows: list[tuple]) -> pl.DataFrame:
     return pl.DataFrame(out)
 
 
-def _normalize(raw: pl.DataFrame, info: pl.DataFrame, region: str, stats: dict[str, int]) -> pl.DataFrame:
+def _normalize(raw: pl.DataFrame, info: pl.DataFrame, state: WhatsAppStream) -> pl.DataFrame:
+    """One block of raw rows -> MESSAGE_SCHEMA; adds to ``state.stats``.
+
+    Args:
+        raw: rows of :data:`_RAW` in Z_PK order, following the blocks already normalized.
+        info: session pk -> chat_id, kind, partner (from :func:`_chats`).
+        state: the stream's counters, sender cache and repeatable ids (updated).
+    """
+    stats = state.stats
     df = raw.join(info, on="session", how="left", maintain_order="left")
     is_status = pl.col("kind") == "status"
-    stats["status_skipped"] = int(df.select(is_status.fill_null(False).sum()).item())
+    stats["status_skipped"] += int(df.select(is_status.fill_null(False).sum()).item())
     df = df.filter(~is_status.fill_null(False))
 
     is_system = pl.col("mtype").is_in(list(SYSTEM_MESSAGE_TYPES)).fill_null(False)
-    stats["system_skipped"] = int(df.select(is_system.sum()).item())
+    stats["system_skipped"] += int(df.select(is_system.sum()).item())
     df = df.filter(~is_system)
 
     empty = pl.col("text").is_null() & pl.col("media").is_null()
-    stats["empty_skipped"] = int(df.select(empty.sum()).item())
+    stats["empty_skipped"] += int(df.select(empty.sum()).item())
     df = df.filter(~empty)
 
     bad_ts = pl.col("date").is_null() | pl.col("date").is_nan() | (pl.col("date").abs() > 4e9)
-    stats["bad_timestamp"] = int(df.select(bad_ts.sum()).item())
+    stats["bad_timestamp"] += int(df.select(bad_ts.sum()).item())
     df = df.filter(~bad_ts)
 
-    stats["orphans"] = int(df.select(pl.col("chat_id").is_null().sum()).item())
-    stats["undecodable_text"] = int(df.select(pl.col("text").str.contains("\ufffd", literal=True).fill_null(False).sum()).item())
+    stats["orphans"] += int(df.select(pl.col("chat_id").is_null().sum()).item())
+    stats["undecodable_text"] += int(df.select(pl.col("text").str.contains("\ufffd", literal=True).fill_null(False).sum()).item())
 
     # Sender: the group member's JID, else ZFROMJID unless it names the group, else the partner.
     from_me = pl.col("from_me").fill_null(0) != 0
@@ -245,8 +350,11 @@ def _normalize(raw: pl.DataFrame, info: pl.DataFrame, region: str, stats: dict[s
         pl.coalesce(pl.col("member_jid"), from_jid_ok).alias("sender_raw"),
     )
     uniq = df.get_column("sender_raw").drop_nulls().unique().to_list()
+    for u in uniq:
+        if u not in state.senders:
+            state.senders[u] = normalize_handle(u, state.region)
     mapping = pl.DataFrame(
-        {"sender_raw": uniq, "sender_norm": [normalize_handle(u, region) for u in uniq]},
+        {"sender_raw": uniq, "sender_norm": [state.senders[u] for u in uniq]},
         schema={"sender_raw": pl.Utf8, "sender_norm": pl.Utf8},
     )
     df = df.join(mapping, on="sender_raw", how="left", maintain_order="left")
@@ -256,13 +364,15 @@ def _normalize(raw: pl.DataFrame, info: pl.DataFrame, region: str, stats: dict[s
         .otherwise(pl.coalesce(pl.col("sender_norm"), pl.when(pl.col("kind") == "direct").then(pl.col("partner"))))
     )
     df = df.with_columns(sender.alias("sender"))
-    stats["unknown_sender"] = int(df.select((~pl.col("is_from_me") & pl.col("sender").is_null()).sum()).item())
+    stats["unknown_sender"] += int(df.select((~pl.col("is_from_me") & pl.col("sender").is_null()).sum()).item())
 
     # Stable ids: the stanza id, made unique by Z_PK when WhatsApp repeated one.
     base = pl.coalesce(pl.col("stanza"), pl.lit("pk-") + pl.col("pk").cast(pl.Utf8))
-    dup = pl.int_range(pl.len()).over(base) > 0
-    stats["duplicate_ids"] = int(df.select(dup.sum()).item()) if df.height else 0
-    message_id = pl.lit(f"{CHANNEL}:") + pl.when(dup).then(base + pl.lit("#") + pl.col("pk").cast(pl.Utf8)).otherwise(base)
+    df = df.with_columns(base.alias("_base"))
+    dup = pl.Series("_dup", _repeats(df.get_column("_base"), state), dtype=pl.Boolean)
+    df = df.with_columns(dup)
+    stats["duplicate_ids"] += int(dup.sum())
+    message_id = pl.lit(f"{CHANNEL}:") + pl.when(pl.col("_dup")).then(pl.col("_base") + pl.lit("#") + pl.col("pk").cast(pl.Utf8)).otherwise(pl.col("_base"))
 
     ts_us = (pl.col("date") * 1_000_000).round(0).cast(pl.Int64) + APPLE_EPOCH_US
     has_media = pl.col("media").is_not_null()
@@ -281,6 +391,21 @@ def _normalize(raw: pl.DataFrame, info: pl.DataFrame, region: str, stats: dict[s
         has_media.cast(pl.Int32).alias("attachments"),
         pl.lit([], dtype=pl.List(REACTION)).alias("reactions"),
     )
-    stats["attachments"] = int(out.get_column("attachments").sum() or 0)
-    stats["messages_read"] = out.height
+    stats["attachments"] += int(out.get_column("attachments").sum() or 0)
+    stats["messages_read"] += out.height
     return out.cast(dict(MESSAGE_SCHEMA)).select(list(MESSAGE_SCHEMA.names()))
+
+
+def _repeats(bases: pl.Series, state: WhatsAppStream) -> list[bool]:
+    """True for each id already given out earlier in the store (the first occurrence keeps it).
+
+    Only ids in ``state.repeatable`` can repeat; they are remembered in ``state.seen``.
+    """
+    out = [False] * len(bases)
+    if not state.repeatable or not len(bases):
+        return out
+    for i in bases.is_in(list(state.repeatable)).arg_true().to_list():
+        b = bases[i]
+        out[i] = b in state.seen
+        state.seen.add(b)
+    return out
