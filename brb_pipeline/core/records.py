@@ -8,6 +8,7 @@ are UTC microseconds. Message text never leaves these frames for logs or Dagster
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import polars as pl
 
@@ -76,6 +77,18 @@ class ReadResult:
     chats: pl.DataFrame
     stats: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+
+
+def read_all(stream: Any) -> ReadResult:
+    """Drain a block reader (``IMessageStream``, ``WhatsAppStream``) into one ReadResult.
+
+    ``stream`` is an open reader with ``blocks()`` (MESSAGE_SCHEMA frames) and ``result()``;
+    the caller keeps it in its ``with`` block.
+    """
+    blocks = list(stream.blocks())
+    result = stream.result()
+    result.messages = pl.concat(blocks) if blocks else pl.DataFrame(schema=MESSAGE_SCHEMA)
+    return result
 
 
 def empty_messages() -> pl.DataFrame:

@@ -45,6 +45,7 @@ from brb_pipeline.core.records import (
     REACTION,
     REACTION_KINDS,
     ReadResult,
+    read_all,
 )
 from brb_pipeline.sources.sqlite_ro import open_readonly, table_columns, translate_sqlite_error
 from brb_pipeline.sources.typedstream import decode_attributed_body
@@ -154,10 +155,7 @@ def read_imessage(
     """
     with IMessageStream(path, default_region=default_region, cancel=cancel, progress=progress,
                         chunk_rows=chunk_rows, timeout_s=timeout_s) as stream:
-        blocks = list(stream.blocks())
-        result = stream.result()
-    result.messages = pl.concat(blocks) if blocks else pl.DataFrame(schema=MESSAGE_SCHEMA)
-    return result
+        return read_all(stream)
 
 
 class IMessageStream:

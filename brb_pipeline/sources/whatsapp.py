@@ -32,7 +32,7 @@ import polars as pl
 
 from brb_pipeline.core.errors import CancelledError
 from brb_pipeline.core.handles import normalize_handle
-from brb_pipeline.core.records import CHAT_SCHEMA, MESSAGE_SCHEMA, ORPHAN_CHAT_ID, REACTION, ReadResult
+from brb_pipeline.core.records import CHAT_SCHEMA, MESSAGE_SCHEMA, ORPHAN_CHAT_ID, REACTION, ReadResult, read_all
 from brb_pipeline.sources.sqlite_ro import open_readonly, translate_sqlite_error
 
 log = logging.getLogger(__name__)
@@ -112,10 +112,7 @@ def read_whatsapp(
     """
     with WhatsAppStream(path, default_region=default_region, cancel=cancel, progress=progress,
                         chunk_rows=chunk_rows, timeout_s=timeout_s) as stream:
-        blocks = list(stream.blocks())
-        result = stream.result()
-    result.messages = pl.concat(blocks) if blocks else pl.DataFrame(schema=MESSAGE_SCHEMA)
-    return result
+        return read_all(stream)
 
 
 class WhatsAppStream:
