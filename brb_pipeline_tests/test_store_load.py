@@ -80,6 +80,6 @@ def test_memory_limit_must_be_a_size(bad):
 
 
 def test_load_memory_limit_setting_from_the_environment(tmp_path, monkeypatch):
-    assert Settings(home=tmp_path).duckdb_load_memory_limit == "64MB"
+    assert Settings(home=tmp_path).duckdb_load_memory_limit == "256MB"
     monkeypatch.setenv("BRB_DUCKDB_LOAD_MEMORY_LIMIT", "")
     assert Settings.load(tmp_path).duckdb_load_memory_limit == ""  # DuckDB's default
