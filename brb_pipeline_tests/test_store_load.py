@@ -17,7 +17,8 @@ from brb_pipeline.settings import Settings
 from brb_pipeline_tests.test_store import write
 
 
-def test_a_failing_later_file_leaves_no_earlier_file_loaded(tmp_path):
+def test_a_failing_later_file_leaves_no_earlier_file_loaded(tmp_path, monkeypatch):
+    monkeypatch.setattr(store, "INSERT_GROUP_ROWS", 1)  # one INSERT per file: the failure comes later
     con = duck.connect(tmp_path / "brb.duckdb")
     store.load_partitions(con, {"batch-001": write(tmp_path, "batch-001", "a", 4)})
     good = write(tmp_path, "batch-002", "b", 5)
@@ -30,6 +31,18 @@ def test_a_failing_later_file_leaves_no_earlier_file_loaded(tmp_path):
         store.load_partitions(con, {"batch-001": write(tmp_path, "batch-001", "a", 2), "batch-002": good,
                                     "batch-003": fine_path})
     assert store.store_stats(con)["batches"] == {"batch-001": 4}
+    con.close()
+
+
+@pytest.mark.parametrize("group_rows", [1, 5, 9, 10_000])
+def test_files_are_inserted_in_row_bounded_groups_with_every_row_loaded(tmp_path, monkeypatch, group_rows):
+    monkeypatch.setattr(store, "INSERT_GROUP_ROWS", group_rows)
+    parts = {f"batch-{i:03d}": write(tmp_path, f"batch-{i:03d}", f"c{i}", n) for i, n in enumerate([4, 5, 3, 6])}
+    con = duck.connect(tmp_path / "brb.duckdb")
+    report = store.load_partitions(con, parts)
+    assert report.inserted == 18
+    assert store.store_stats(con)["batches"] == {"batch-000": 4, "batch-001": 5, "batch-002": 3, "batch-003": 6}
+    assert con.execute("SELECT count(DISTINCT chunk_id) FROM chunks").fetchone()[0] == 18
     con.close()
 
 

@@ -307,18 +307,33 @@ def load_partitions(
     return report
 
 
+INSERT_GROUP_ROWS = 16_384  # partition files are inserted together up to this many rows
+
+
 def _insert_files(con: duckdb.DuckDBPyConnection, files: list[str]) -> int:
-    """Insert the partition files one by one (inside the caller's transaction).
+    """Insert the partition files in groups of up to INSERT_GROUP_ROWS rows (inside the caller's
+    transaction).
 
     One ``read_parquet`` over every file makes DuckDB scan them all in parallel, and the memory
-    of that scan grows with the store; file by file, it is bounded by the largest partition.
+    of that scan grows with the store; in groups it is bounded by the larger of the group and the
+    largest partition. Grouping small files keeps the per-statement cost off small loads (10
+    files of 250 rows: 43 ms as one statement, 78 ms file by file).
 
     Returns:
         Rows inserted.
     """
     cols = ", ".join(_INSERT_COLUMNS)
-    sql = f"INSERT INTO chunks ({cols}) SELECT {cols} FROM read_parquet(?, hive_partitioning = false)"
-    return sum(int(con.execute(sql, [f]).fetchone()[0]) for f in files)
+    sql = f"INSERT INTO chunks ({cols}) SELECT {cols} FROM read_parquet(?::VARCHAR[], hive_partitioning = false)"
+    groups: list[list[str]] = []
+    rows_in_group = INSERT_GROUP_ROWS
+    for f in files:
+        n = pq.ParquetFile(f).metadata.num_rows
+        if rows_in_group + n > INSERT_GROUP_ROWS:
+            groups.append([])
+            rows_in_group = 0
+        groups[-1].append(f)
+        rows_in_group += n
+    return sum(int(con.execute(sql, [g]).fetchone()[0]) for g in groups)
 
 
 def _rollback(con: duckdb.DuckDBPyConnection) -> None:
