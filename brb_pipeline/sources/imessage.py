@@ -32,7 +32,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import TracebackType
+from typing import Any
 
 import polars as pl
 
@@ -47,7 +47,7 @@ from brb_pipeline.core.records import (
     ReadResult,
     read_all,
 )
-from brb_pipeline.sources.sqlite_ro import open_readonly, table_columns, translate_sqlite_error
+from brb_pipeline.sources.sqlite_ro import BlockReader, open_readonly, table_columns, translate_sqlite_error
 from brb_pipeline.sources.typedstream import decode_attributed_body
 
 log = logging.getLogger(__name__)
@@ -158,7 +158,7 @@ def read_imessage(
         return read_all(stream)
 
 
-class IMessageStream:
+class IMessageStream(BlockReader):
     """A chat.db read block by block: the rows of :func:`read_imessage`, never all at once.
 
     Use as a context manager (the connection is closed on exit)::
@@ -177,26 +177,10 @@ class IMessageStream:
             :func:`read_imessage`.
     """
 
-    def __init__(
-        self,
-        path: Path,
-        *,
-        default_region: str = "US",
-        cancel: Callable[[], bool] | None = None,
-        progress: Callable[[int, int], None] | None = None,
-        chunk_rows: int = CHUNK_ROWS,
-        timeout_s: float = 5.0,
-    ) -> None:
-        self.path = Path(path)
-        self.region = default_region
-        self.cancel = cancel
-        self.progress = progress
-        self.chunk_rows = chunk_rows
-        self.timeout_s = timeout_s
+    def __init__(self, path: Path, *, chunk_rows: int = CHUNK_ROWS, **options: Any) -> None:
+        super().__init__(path, chunk_rows=chunk_rows, **options)
         self.stats = dict.fromkeys(STAT_KEYS, 0)
         self.chats = pl.DataFrame(schema=CHAT_SCHEMA)
-        self._conn: sqlite3.Connection | None = None
-        self._done = False
         self._t0 = time.perf_counter()
 
     def __enter__(self) -> "IMessageStream":
@@ -210,11 +194,6 @@ class IMessageStream:
             self._conn.close()
             raise
         return self
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
 
     def _prepare(self, conn: sqlite3.Connection) -> None:
         """Handles, chats, the two message queries, and the final tapback state (first pass)."""

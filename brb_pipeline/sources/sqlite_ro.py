@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping, Set
+from collections.abc import Callable, Mapping, Set
 from pathlib import Path
+from types import TracebackType
 
 from brb_pipeline.core.errors import (
     DatabaseLockedError,
@@ -88,3 +89,41 @@ def translate_sqlite_error(e: sqlite3.Error, what: str, path: Path) -> Exception
     if "no such column" in msg or "no such table" in msg:
         return UnknownSchemaError(f"{what} at {path}: {msg} (unsupported version?)")
     return NotADatabaseError(f"{what} at {path} could not be read ({msg})")
+
+
+class BlockReader:
+    """What the block readers (iMessage, WhatsApp) share: their options and the read-only
+    connection they close on exit. Subclasses open it in ``__enter__``.
+
+    Args:
+        path: the store (normally the snapshot copy, never written).
+        default_region: region for phone handles without a country code.
+        cancel: polled between blocks; returning True raises CancelledError.
+        progress: called as ``progress(rows_done, rows_total)`` after each block.
+        chunk_rows: source rows fetched per block (bounds memory held in Python tuples).
+        timeout_s: how long to wait on a lock when opening.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        default_region: str = "US",
+        cancel: Callable[[], bool] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+        chunk_rows: int = 10_000,
+        timeout_s: float = 5.0,
+    ) -> None:
+        self.path = Path(path).expanduser()
+        self.region = default_region
+        self.cancel = cancel
+        self.progress = progress
+        self.chunk_rows = chunk_rows
+        self.timeout_s = timeout_s
+        self._conn: sqlite3.Connection | None = None
+        self._done = False
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None

@@ -26,14 +26,14 @@ import sqlite3
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-from types import TracebackType
+from typing import Any
 
 import polars as pl
 
 from brb_pipeline.core.errors import CancelledError
 from brb_pipeline.core.handles import normalize_handle
 from brb_pipeline.core.records import CHAT_SCHEMA, MESSAGE_SCHEMA, ORPHAN_CHAT_ID, REACTION, ReadResult, read_all
-from brb_pipeline.sources.sqlite_ro import open_readonly, translate_sqlite_error
+from brb_pipeline.sources.sqlite_ro import BlockReader, open_readonly, translate_sqlite_error
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ def read_whatsapp(
         return read_all(stream)
 
 
-class WhatsAppStream:
+class WhatsAppStream(BlockReader):
     """A WhatsApp store read block by block: the rows of :func:`read_whatsapp`, never all at once.
 
     Use as a context manager (the connection is closed on exit): ``chats`` is known on entry,
@@ -128,22 +128,8 @@ class WhatsAppStream:
             :func:`read_whatsapp`.
     """
 
-    def __init__(
-        self,
-        path: Path,
-        *,
-        default_region: str = "US",
-        cancel: Cancel | None = None,
-        progress: ProgressFn | None = None,
-        chunk_rows: int = FETCH_ROWS,
-        timeout_s: float = 5.0,
-    ) -> None:
-        self.path = Path(path).expanduser()
-        self.region = default_region
-        self.cancel = cancel
-        self.progress = progress
-        self.chunk_rows = chunk_rows
-        self.timeout_s = timeout_s
+    def __init__(self, path: Path, *, chunk_rows: int = FETCH_ROWS, **options: Any) -> None:
+        super().__init__(path, chunk_rows=chunk_rows, **options)
         self.stats = dict.fromkeys(
             ("messages_read", "status_skipped", "empty_skipped", "system_skipped", "bad_timestamp", "orphans",
              "unknown_sender", "attachments", "duplicate_ids", "chats", "groups", "undecodable_text"),
@@ -153,8 +139,6 @@ class WhatsAppStream:
         self.senders: dict[str, str | None] = {}  # raw sender JID -> normalized handle
         self.repeatable: set[str] = set()  # normalized ids that may repeat
         self.seen: set[str] = set()  # those of them already given out
-        self._conn: sqlite3.Connection | None = None
-        self._done = False
 
     def __enter__(self) -> "WhatsAppStream":
         self._conn = open_readonly(self.path, what=WHAT, required=REQUIRED, timeout_s=self.timeout_s)
@@ -176,11 +160,6 @@ class WhatsAppStream:
             conn.close()
             raise
         return self
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
 
     def blocks(self) -> Iterator[pl.DataFrame]:
         """Yield the kept messages in Z_PK order, ``chunk_rows`` source rows at a time.
