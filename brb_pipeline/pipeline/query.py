@@ -5,7 +5,8 @@ model's query prefix, run hybrid/vector/lexical search, attach neighbours, log t
 from stdin); :func:`run_search` is one question with its own open and close, as ``brb search
 "QUERY"`` does. Opening costs more than a warm search: loading the vss/fts extensions, attaching
 the file, and on the first query reading the HNSW graph and the BM25 tables from disk
-(~0.8 s at 64K chunks against ~45 ms per warm hybrid search; see ``benchmarks/bench_e2e.py``).
+(one-shot p50 495 ms at 63,570 chunks against 41 ms per hybrid search on an open store, 56 ms with
+the query embedding; ``benchmarks/bench_e2e.py``).
 A Searcher holds a read-only connection, which keeps a writer (``brb ingest``) out until it is
 closed.
 """
