@@ -26,7 +26,7 @@ from brb_pipeline.pipeline.privacy import forget_contacts
 from brb_pipeline.pipeline.store import run_load
 from brb_pipeline.runner import run_ingest
 from brb_pipeline.settings import Settings
-from brb_pipeline_tests.test_pipeline import _append_messages
+from brb_pipeline_tests.test_pipeline import CountingEmbedder, _append_messages
 
 # Small tiers so a demo archive spans several batches: 2 top batches of 1, rest batches of 2.
 TIERS = dict(top_n=2, top_size=1, rest_size=2)
@@ -155,16 +155,6 @@ def test_other_vectors_reads_matching_rows_of_other_batches_and_retired(tmp_path
 
 
 # End to end ---------------------------------------------------------------------------------
-
-
-class CountingEmbedder(HashEmbedder):
-    def __init__(self):
-        super().__init__(dim=64)
-        self.texts = 0
-
-    def embed(self, texts):
-        self.texts += len(texts)
-        return super().embed(texts)
 
 
 def _settings(home, archive):
