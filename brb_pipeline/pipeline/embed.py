@@ -264,32 +264,20 @@ def other_vectors(s: Settings, batch: str, wanted: set[str], config: str, dim: i
 def _matching_vectors(path: Path, wanted: set[str], dim: int) -> dict[str, np.ndarray]:
     """Vectors of the rows of one Parquet file whose embedding_text is in ``wanted``."""
     try:
-        # One open file for both reads: a concurrent atomic replace cannot shift the row numbers.
-        with pq.ParquetFile(path) as pf:
-            kind = pf.schema_arrow.field("embedding").type
-            if not pa.types.is_fixed_size_list(kind) or kind.list_size != dim:
-                return {}
-            texts = pf.read(columns=["embedding_text"]).column("embedding_text")
-            hit = pc.fill_null(pc.is_in(texts, value_set=pa.array(list(wanted), pa.string())), False)
-            rows = np.flatnonzero(hit.to_numpy(zero_copy_only=False))
-            if rows.size == 0:
-                return {}
-            vectors = _read_rows(pf, rows, "embedding")
+        table = pq.read_table(path, columns=["embedding_text", "embedding"])
     except (OSError, ValueError, KeyError, pa.ArrowException):
         return {}  # a damaged or foreign file only costs re-embedding
-    flat = vectors.combine_chunks().flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
-    return dict(zip(texts.take(pa.array(rows)).to_pylist(), flat.reshape(rows.size, dim)))
-
-
-def _read_rows(pf: pq.ParquetFile, rows: np.ndarray, column: str) -> pa.ChunkedArray:
-    """``column`` at the sorted row numbers ``rows``, reading only the row groups that hold them."""
-    sizes = [pf.metadata.row_group(g).num_rows for g in range(pf.num_row_groups)]
-    bounds = np.concatenate([[0], np.cumsum(sizes)])
-    group_of = np.searchsorted(bounds, rows, side="right") - 1
-    groups = np.unique(group_of)
-    starts = np.concatenate([[0], np.cumsum(bounds[groups + 1] - bounds[groups])[:-1]])
-    local = rows - bounds[group_of] + starts[np.searchsorted(groups, group_of)]
-    return pf.read_row_groups(groups.tolist(), columns=[column]).column(column).take(pa.array(local))
+    kind = table.schema.field("embedding").type
+    if not pa.types.is_fixed_size_list(kind) or kind.list_size != dim:
+        return {}
+    # One file at a time, so memory is bounded by the largest partition; only matches are kept.
+    hits = table.filter(pc.fill_null(pc.is_in(table.column("embedding_text"),
+                                               value_set=pa.array(list(wanted), pa.string())), False))
+    if hits.num_rows == 0:
+        return {}
+    flat = hits.column("embedding").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+    return dict(zip(hits.column("embedding_text").to_pylist(),
+                    flat.astype(np.float32, copy=False).reshape(hits.num_rows, dim)))
 
 
 def retire_vectors(s: Settings, batch: str, previous: dict[str, np.ndarray], texts: list[str], config: str) -> int:
