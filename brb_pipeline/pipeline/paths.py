@@ -48,6 +48,16 @@ def embedded_dir(s: Settings) -> Path:
     return s.staging_dir
 
 
+def staged_batch_files(s: Settings) -> dict[str, list[Path]]:
+    """batch key -> its staged files (chunk texts, embeddings and their ``.embedcfg``), as on disk."""
+    out: dict[str, list[Path]] = {}
+    for d in (s.staging_dir / "chunked", s.staging_dir / "chunks"):
+        for f in sorted(d.glob("batch=*.parquet*")) if d.is_dir() else []:
+            key = f.name[len("batch="):].split(".parquet", 1)[0]
+            out.setdefault(key, []).append(f)
+    return out
+
+
 def snapshot_manifest(s: Settings) -> Path:
     return s.snapshot_dir / "manifest.json"
 

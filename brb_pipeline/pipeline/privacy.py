@@ -158,9 +158,7 @@ def forget_contacts(s: Settings, contact_ids: list[str]) -> dict[str, Any]:
     doomed = list(contact_ids) + shared
     # every staged partition, not only their current batches: a person who changed batch, or a
     # batch key that no longer exists, may have left their chunks in another file
-    from brb_pipeline.pipeline.store import staged_batch_files
-
-    for b in sorted(set(batches) | set(staged_batch_files(s))):
+    for b in sorted(set(batches) | set(paths.staged_batch_files(s))):
         _filter_parquet(paths.chunks(s, b), ~pl.col("contact_id").is_in(doomed))
         removed_chunk_ids |= _filter_partition(partition_path(s.staging_dir, b), doomed)
     report["staging_chunks"] = len(removed_chunk_ids)

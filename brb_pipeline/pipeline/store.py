@@ -6,12 +6,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from brb_pipeline.core import duck, metadata
 from brb_pipeline.core.index import build_fts, build_hnsw, index_status
 from brb_pipeline.core.store import LoadMemoryError, load_partitions, partition_path, store_stats
+from brb_pipeline.pipeline import paths
 from brb_pipeline.pipeline.embed import drop_retired
 from brb_pipeline.settings import Settings
 
@@ -87,21 +87,11 @@ def run_load(s: Settings) -> dict[str, Any]:
     return meta
 
 
-def staged_batch_files(s: Settings) -> dict[str, list[Path]]:
-    """batch key -> its staged files (chunk texts, embeddings and their ``.embedcfg``), as on disk."""
-    out: dict[str, list[Path]] = {}
-    for d in (s.staging_dir / "chunked", s.staging_dir / "chunks"):
-        for f in sorted(d.glob("batch=*.parquet*")) if d.is_dir() else []:
-            key = f.name[len("batch="):].split(".parquet", 1)[0]
-            out.setdefault(key, []).append(f)
-    return out
-
-
 def prune_partitions(s: Settings, keep: set[str]) -> int:
     """Delete the staged files of batches that no longer exist: they hold message text that no
     stage reads any more. Returns the number of files removed."""
     n = 0
-    for key, files in staged_batch_files(s).items():
+    for key, files in paths.staged_batch_files(s).items():
         if key not in keep:
             for f in files:
                 f.unlink(missing_ok=True)
