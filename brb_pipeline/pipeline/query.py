@@ -88,6 +88,7 @@ class Searcher:
         route: bool = True,
         context: bool = False,
         log: bool = True,
+        started: float | None = None,
     ) -> dict[str, Any]:
         """One search, as a JSON-able dict (see the README for the fields).
 
@@ -96,8 +97,10 @@ class Searcher:
             route: turn a contact named in the question into a filter and search the rest.
             context: include the neighbouring chunks (position ±1) of each hit.
             log: append the search to the local search log.
+            started: ``time.perf_counter()`` when the caller's clock started (``latency_ms``
+                counts from it; default: now).
         """
-        t0 = time.perf_counter()
+        t0 = time.perf_counter() if started is None else started
         s = self.settings
         contact_ids = find_contacts(s.brb_db, contacts, default_region=s.default_region) if contacts else []
         text = query
@@ -141,12 +144,6 @@ class Searcher:
 def run_search(s: Settings, query: str, *, embedder: Any | None, **options: Any) -> dict[str, Any]:
     """One search with its own store open and close (``brb search "QUERY"``); ``latency_ms``
     includes the open. Options as :meth:`Searcher.search`."""
-    t0 = time.perf_counter()
+    started = time.perf_counter()
     with Searcher(s, embedder=embedder) as searcher:
-        out = searcher.search(query, log=False, **{k: v for k, v in options.items() if k != "log"})
-    out["latency_ms"] = round((time.perf_counter() - t0) * 1000, 2)
-    if options.get("log", True):
-        log_search(s.brb_db, query=query, mode=out["mode"], model=out["model"],
-                   contact_ids=out["filters"]["contact_ids"],
-                   results=[(h["chunk_id"], h["scores"]["fused"]) for h in out["hits"]], latency_ms=out["latency_ms"])
-    return out
+        return searcher.search(query, started=started, **options)
