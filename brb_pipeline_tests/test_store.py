@@ -234,6 +234,30 @@ def test_connect_loads_extensions_offline_and_reopens(tmp_path):
     ro.close()
 
 
+def test_load_commits_durably_and_restores_the_checkpoint_threshold(tmp_path):
+    """The load commits as a checkpoint (no WAL round trip): rows survive a process that dies
+    right after the load without closing, and the connection's threshold is put back."""
+    path = tmp_path / "brb.duckdb"
+    part = write(tmp_path, "batch-001", "a", 5)
+    loader = textwrap.dedent(
+        f"""
+        import os, pathlib
+        from brb_pipeline.core import duck, store
+        con = duck.connect(pathlib.Path({str(path)!r}))
+        con.execute("SET checkpoint_threshold = '1GiB'")
+        store.load_partitions(con, {{"batch-001": pathlib.Path({str(part)!r})}})
+        print(con.execute("SELECT current_setting('checkpoint_threshold')").fetchone()[0], flush=True)
+        os._exit(0)  # no close, no final checkpoint
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", loader], capture_output=True, text=True, cwd=Path(__file__).parents[1])
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "1.0 GiB"  # not the load's 0 bytes
+    ro = duck.connect(path, read_only=True)
+    assert store.store_stats(ro)["chunks"] == 5
+    ro.close()
+
+
 def test_connect_errors(tmp_path):
     con = duck.connect(tmp_path / "new" / "home" / "brb.duckdb")  # a fresh home is created
     con.close()

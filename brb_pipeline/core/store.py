@@ -288,7 +288,7 @@ def load_partitions(
         if model is not None:
             set_meta(con, "embedding_model", model)
             set_meta(con, "dim", dim)
-        con.execute("COMMIT")
+        _commit_checkpointed(con)
     except BaseException as exc:
         _rollback(con)
         if isinstance(exc, duckdb.Error):
@@ -334,6 +334,22 @@ def _insert_files(con: duckdb.DuckDBPyConnection, files: list[str]) -> int:
         groups[-1].append(f)
         rows_in_group += n
     return sum(int(con.execute(sql, [g]).fetchone()[0]) for g in groups)
+
+
+def _commit_checkpointed(con: duckdb.DuckDBPyConnection) -> None:
+    """COMMIT as a checkpoint, skipping the write-ahead log.
+
+    DuckDB skips the WAL for a commit that will checkpoint anyway, so with the threshold at zero a
+    load's rows are written to the file once instead of to the WAL and then again by CHECKPOINT
+    (full demo corpus, 64K chunks: 2.85 -> 2.29 s; 10K sample: 151 -> 128 ms median). The
+    threshold is a database setting, so it is restored for whatever the connection does next.
+    """
+    old = con.execute("SELECT current_setting('checkpoint_threshold')").fetchone()[0]
+    con.execute("SET checkpoint_threshold = '0B'")
+    try:
+        con.execute("COMMIT")
+    finally:
+        con.execute(f"SET checkpoint_threshold = '{old}'")
 
 
 def _rollback(con: duckdb.DuckDBPyConnection) -> None:
