@@ -712,11 +712,12 @@ def markdown(res: dict[str, Any]) -> str:
             ratios = " / ".join(_fmt(rss[k]["ratio"].get(st), 2) for k in keys)
             L.append(f"| {st} | " + " | ".join(cells) + f" | {ratios} |")
         L.append("")
-        L.append("| size | total s | chunks | messages in the largest batch | start RSS MB | process peak MB |")
-        L.append("|---:|---:|---:|---:|---:|---:|")
+        L.append("| size | total s | chunks | contacts (split) | messages in the largest batch | start RSS MB | process peak MB |")
+        L.append("|---:|---:|---:|---:|---:|---:|---:|")
         for n in sizes:
             r = rss["runs"][str(n)]
-            L.append(f"| {n:,} | {_fmt(r['total_s'])} | {_fmt(r['chunks'])} | {_fmt(r.get('largest_batch_messages'))} | "
+            L.append(f"| {n:,} | {_fmt(r['total_s'])} | {_fmt(r['chunks'])} | {_fmt(r.get('contacts'))} "
+                     f"({_fmt(r.get('split_contacts'))}) | {_fmt(r.get('largest_batch_messages'))} | "
                      f"{_fmt(r['start_rss_mb'])} | {_fmt(r['peak_rss_mb'])} |")
         L.append("")
     L.append("## Targets\n")
@@ -737,9 +738,10 @@ def run_main(args: argparse.Namespace, work: Path, res: dict[str, Any]) -> None:
     from brb_pipeline.demo.generate import build_demo_archive
 
     t = time.perf_counter()
-    archive = build_demo_archive(work / "archive", messages=args.messages, seed=args.seed)
+    archive = build_demo_archive(work / "archive", messages=args.messages, seed=args.seed,
+                                 split_contacts=args.split_contacts)
     res["archive"] = {"messages": args.messages or FULL_CORPUS, "build_s": round(time.perf_counter() - t, 3),
-                      "counts": archive.counts}
+                      "split_contacts": args.split_contacts, "counts": archive.counts}
     s = settings_for(work / "home", archive, args.model, args.set)
     embedder, res["model_load_s"] = load_model(s)
     res["embedding_model_id"] = embedder.model_id
@@ -782,7 +784,11 @@ def run_rss_sizes(args: argparse.Namespace, work: Path, res: dict[str, Any]) -> 
     runs: dict[str, Any] = {}
     for n in sizes:
         out = work / f"rss_{n}.json"
+        # More messages come from more people, each as busy as at the smallest size: the per-batch
+        # working set stays the same, so what grows is what depends on the archive as a whole.
+        split = max(1, round(n / sizes[0]))
         cmd = [sys.executable, str(Path(__file__).resolve()), "--messages", str(n), "--model", args.model,
+               "--split-contacts", str(split),
                "--skip-baseline", "--skip-incremental", "--queries", "0", "--seed", str(args.seed),
                "--workdir", str(work / f"rss_{n}"), "--out", str(out), "--quiet",
                *[a for k, v in args.set.items() for a in ("--set", f"{k}={v}")]]
@@ -791,6 +797,7 @@ def run_rss_sizes(args: argparse.Namespace, work: Path, res: dict[str, Any]) -> 
         sub = json.loads(out.read_text())
         f = sub["full"]
         runs[str(n)] = {"total_s": f["total_s"], "chunks": f["summary"]["chunks"], "messages": f["summary"]["messages"],
+                        "split_contacts": split, "contacts": sub["archive"]["counts"]["contacts"],
                         "largest_batch_messages": largest_batch(work / f"rss_{n}" / "home"),
                         "start_rss_mb": f["start_rss_mb"], "peak_rss_mb": f["peak_rss_mb"],
                         "stages": {k: {"seconds": v["seconds"], "peak_rss_mb": v["peak_rss_mb"],
@@ -850,6 +857,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--set", type=_setting, action="append", default=[], metavar="KEY=VALUE",
                    help="a Settings override for every run (e.g. token_budget=16384); repeatable")
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--split-contacts", type=int, default=1,
+                   help="demo archive: each corpus participant becomes this many people (--rss-sizes sets it)")
     p.add_argument("--workdir", default=None, help="where archives and homes go (default: a temp dir, removed)")
     p.add_argument("--out", default=None, help="JSON path (default benchmarks/results/e2e.json, e2e_rss.json)")
     p.add_argument("--quiet", action="store_true", help="no table on stdout")

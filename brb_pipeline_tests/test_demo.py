@@ -147,3 +147,16 @@ def test_refuses_a_folder_with_a_real_chat_db(tmp_path):
     with pytest.raises(FileExistsError, match="not a demo archive"):
         build_demo_archive(tmp_path, messages=50)
     assert (tmp_path / "chat.db").read_bytes() == b"pretend this is someone's archive"
+
+
+def test_split_contacts_spreads_each_participant_over_more_people(tmp_path):
+    one = build_demo_archive(tmp_path / "one", messages=3000, seed=5)
+    three = build_demo_archive(tmp_path / "three", messages=3000, seed=5, split_contacts=3)
+    assert three.counts["corpus_messages"] == one.counts["corpus_messages"] == 3000
+    assert one.counts["contacts"] < three.counts["contacts"] <= 3 * one.counts["contacts"]
+
+    def busiest(a) -> int:
+        frame = pl.DataFrame(read_imessage(a.chat_db).messages)
+        return frame.filter(~pl.col("is_from_me")).group_by("sender").len()["len"].max()  # messages received
+
+    assert busiest(three) < busiest(one)

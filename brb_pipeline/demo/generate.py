@@ -148,9 +148,10 @@ class _Contact:
 
 
 class _Gen:
-    def __init__(self, dest: Path, n: int | None, seed: int) -> None:
+    def __init__(self, dest: Path, n: int | None, seed: int, split_contacts: int = 1) -> None:
         self.dest = dest
         self.n = n
+        self.split = max(1, int(split_contacts))
         self.seed = seed
         self.rng = random.Random(seed)
         self.contacts: dict[str, _Contact] = {}
@@ -200,6 +201,7 @@ class _Gen:
         total = 0
         pending_one_turn: list[tuple[int, _Contact | None]] = []
         last_contact: _Contact | None = None
+        seen: dict[str, int] = {}
         corpus = list(_corpus())
         if self.n is not None:
             # A partial archive samples conversations across the corpus' whole time span (Apr-Nov
@@ -216,6 +218,9 @@ class _Gen:
                 pending_one_turn.append((len(picked), last_contact))
                 picked.append([None, msgs, me])
             else:
+                if self.split > 1:  # the participant's conversations go to `split` people in turn
+                    seen[other] = seen.get(other, -1) + 1
+                    other = f"{other}#{seen[other] % self.split}"
                 contact = self.contacts.get(other) or self._new_contact(other)
                 last_contact = contact
                 picked.append([contact, msgs, me])
@@ -523,7 +528,7 @@ class _Gen:
 
 
 def build_demo_archive(
-    dest: Path, *, messages: int | None = 6000, seed: int = 7, whatsapp: bool = False
+    dest: Path, *, messages: int | None = 6000, seed: int = 7, whatsapp: bool = False, split_contacts: int = 1
 ) -> DemoArchive:
     """Write a demo archive into ``dest`` from the chitchat corpus; deterministic per seed.
 
@@ -534,6 +539,9 @@ def build_demo_archive(
             the last one cut); None takes the whole corpus (258,145).
         seed: random seed for every choice layered on the corpus.
         whatsapp: also write a small ``ChatStorage.sqlite``.
+        split_contacts: give each corpus participant's conversations to this many people in turn
+            (1: one person each). A bigger archive split in proportion has more people, each as
+            busy as in a smaller one, instead of the same people busier (memory benchmarks).
 
     Returns:
         The :class:`DemoArchive`.
@@ -546,9 +554,10 @@ def build_demo_archive(
         shutil.rmtree(dest / "AddressBook", ignore_errors=True)
     elif (dest / "chat.db").exists():
         raise FileExistsError(f"{dest / 'chat.db'} exists and is not a demo archive; choose an empty folder")
-    archive = _Gen(dest, messages, seed).build(whatsapp)
+    archive = _Gen(dest, messages, seed, split_contacts).build(whatsapp)
     archive.seconds = time.perf_counter() - t0
-    (dest / MARKER).write_text(json.dumps({"seed": seed, "messages": messages, "counts": archive.counts}, indent=2))
+    marker = {"seed": seed, "messages": messages, "split_contacts": split_contacts, "counts": archive.counts}
+    (dest / MARKER).write_text(json.dumps(marker, indent=2))
     log.info(
         "Demo - %s corpus messages, %s contacts, %s groups in %.1f s",
         f"{archive.counts['corpus_messages']:,}", archive.counts["contacts"], archive.counts["groups"],
