@@ -62,32 +62,38 @@ def _dir(s: Settings) -> Path:
     return d
 
 
-def load_store(s: Settings) -> tuple[pl.DataFrame, np.ndarray, int]:
-    """(chunk rows without vectors, (n, dim) float32 embeddings, store generation) from brb.duckdb."""
-    rows, emb, gen, _ = _load(s)
+def load_store(s: Settings, columns: tuple[str, ...] = ("chunk_id",),
+               vectors: bool = True) -> tuple[pl.DataFrame, np.ndarray, int]:
+    """(chunk rows, (n, dim) float32 embeddings, store generation) from brb.duckdb, in chunk_id
+    order. Only the asked ``columns`` (and the vectors when asked) are read: at 64K chunks the
+    texts and the vectors are ~100 MB each, and most stages need one of them or neither."""
+    rows, emb, gen, _ = _load(s, columns, vectors)
     return rows, emb, gen
 
 
-def _load(s: Settings) -> tuple[pl.DataFrame, np.ndarray, int, str | None]:
+def _load(s: Settings, columns: tuple[str, ...] = ("chunk_id",),
+          vectors: bool = True) -> tuple[pl.DataFrame, np.ndarray, int, str | None]:
     """:func:`load_store` plus the store's embedding model id (None for an empty store)."""
     if not s.duckdb_path.exists():
         raise StoreError(f"no search store at {s.duckdb_path}: run `brb ingest` first")
+    cols = list(dict.fromkeys(("chunk_id", *columns))) + (["embedding"] if vectors else [])
     con = duck.connect(s.duckdb_path, read_only=True)
     try:
         if not duck.table_exists(con, "chunks"):
             return pl.DataFrame(), np.zeros((0, 0), np.float32), 0, None
         tbl = con.execute(
-            "SELECT chunk_id, contact_id, start_ts, content, embedding FROM chunks ORDER BY chunk_id"
+            f"SELECT {', '.join(cols)} FROM chunks ORDER BY chunk_id"
         ).fetch_arrow_table()  # materialize before the next query on this connection
         gen = int(duck.get_meta(con, GENERATION, 0) or 0)
         model = duck.get_meta(con, "embedding_model")
     finally:
         con.close()
-    emb_col = tbl.column("embedding").combine_chunks()
     n = tbl.num_rows
-    flat = emb_col.values.to_numpy(zero_copy_only=False) if n else np.zeros(0, np.float32)
-    emb = flat.reshape(n, -1).astype(np.float32, copy=False) if n else np.zeros((0, 0), np.float32)
-    frame = pl.from_arrow(tbl.drop_columns(["embedding"]))
+    emb = np.zeros((0, 0), np.float32)
+    if vectors and n:
+        flat = tbl.column("embedding").combine_chunks().values.to_numpy(zero_copy_only=False)
+        emb = flat.reshape(n, -1).astype(np.float32, copy=False)
+    frame = pl.from_arrow(tbl.drop_columns(["embedding"]) if vectors else tbl)
     return frame, emb, gen, None if model is None else str(model)
 
 
@@ -378,7 +384,7 @@ def run_labels(s: Settings, labeler: Any | None = None) -> dict[str, Any]:
     the label cache; only the rest are labelled again.
     """
     t0 = time.perf_counter()
-    rows, emb, _ = load_store(s)
+    rows, emb, _ = load_store(s, ("chunk_id", "content"))
     cl = pl.read_parquet(_dir(s) / "clusters.parquet")
     labels = cl["cluster_id"].to_numpy() if cl.height else np.zeros(0, dtype=np.int64)
     contents = rows["content"].to_list() if rows.height else []
@@ -448,7 +454,7 @@ def _keepable_labels(d: Path, kind: str, members: dict[int, list[str]]
 def run_map(s: Settings) -> dict[str, Any]:
     """The interactive 2-D/3-D map and a PNG preview, plus the per-cluster summary in brb.db."""
     t0 = time.perf_counter()
-    rows, _, _ = load_store(s)
+    rows, _, _ = load_store(s, ("chunk_id", "contact_id", "start_ts", "content"), vectors=False)
     d = _dir(s)
     proj = pl.read_parquet(d / "projection.parquet")
     cl = pl.read_parquet(d / "clusters.parquet")
