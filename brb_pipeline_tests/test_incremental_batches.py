@@ -154,6 +154,26 @@ def test_other_vectors_reads_matching_rows_of_other_batches_and_retired(tmp_path
     assert embed.drop_retired(s) == 1 and not paths.retired_dir(s).exists()
 
 
+def test_other_vectors_searches_only_partitions_holding_the_batch_contacts(tmp_path):
+    s = Settings.load(tmp_path / "home", embedding_model="hash")
+    emb = HashEmbedder(dim=8)
+    config = embed.embed_config(emb)
+    chunks_dir = s.staging_dir / "chunks"
+    chunks_dir.mkdir(parents=True)
+    for batch, contact, texts in (("batch-001", "ann", ["a0", "a1"]), ("batch-002", "bob", ["b0", "same"]),
+                                  ("batch-003", "cy", ["same"])):
+        table = pa.table({"contact_id": [contact] * len(texts), "embedding_text": texts,
+                          "embedding": pa.FixedSizeListArray.from_arrays(pa.array(emb.embed(texts).reshape(-1)), 8)})
+        path = chunks_dir / f"batch={batch}.parquet"
+        pq.write_table(table, path)
+        path.with_name(path.name + ".embedcfg").write_text(config)
+    wanted = {"a1", "b0", "same"}
+    assert sorted(embed.other_vectors(s, "batch-000", wanted, config, 8)) == ["a1", "b0", "same"]
+    assert sorted(embed.other_vectors(s, "batch-000", wanted, config, 8, {"bob"})) == ["b0", "same"]
+    assert sorted(embed.other_vectors(s, "batch-000", wanted, config, 8, {"ann", "cy"})) == ["a1", "same"]
+    assert embed.other_vectors(s, "batch-000", wanted, config, 8, {"dee"}) == {}
+
+
 # End to end ---------------------------------------------------------------------------------
 
 

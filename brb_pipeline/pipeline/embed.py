@@ -156,7 +156,8 @@ def run_embed(
             todo.append(i)
     reused_other = 0
     if reuse and todo:
-        todo, reused_other = _fill_from_other_batches(s, batch, texts, todo, emb, config)
+        contacts = set(chunks["contact_id"].drop_nulls().unique().to_list())
+        todo, reused_other = _fill_from_other_batches(s, batch, texts, todo, emb, config, contacts)
     for j in range(0, len(todo), EMBED_GROUP):
         if cancel and cancel():
             raise CancelledError(f"cancelled while embedding {batch}; earlier batches and the store are intact")
@@ -215,13 +216,13 @@ _RETIRED_CONFIG = b"brb.embedcfg"
 
 
 def _fill_from_other_batches(s: Settings, batch: str, texts: list[str], todo: list[int], emb: np.ndarray,
-                             config: str) -> tuple[list[int], int]:
+                             config: str, contacts: set[str]) -> tuple[list[int], int]:
     """Copy vectors of ``texts[todo]`` found elsewhere into ``emb`` (n, dim).
 
     Returns:
         (the indexes still without a vector, how many were found).
     """
-    found = other_vectors(s, batch, {texts[i] for i in todo}, config, emb.shape[1])
+    found = other_vectors(s, batch, {texts[i] for i in todo}, config, emb.shape[1], contacts)
     left = []
     for i in todo:
         v = found.get(texts[i])
@@ -232,7 +233,8 @@ def _fill_from_other_batches(s: Settings, batch: str, texts: list[str], todo: li
     return left, len(todo) - len(left)
 
 
-def other_vectors(s: Settings, batch: str, wanted: set[str], config: str, dim: int) -> dict[str, np.ndarray]:
+def other_vectors(s: Settings, batch: str, wanted: set[str], config: str, dim: int,
+                  contacts: set[str] | None = None) -> dict[str, np.ndarray]:
     """embedding_text -> vector for the ``wanted`` texts found outside ``batch``'s partition.
 
     Looks in the other batches' partition files, then in the retired vectors, reading only files
@@ -242,13 +244,18 @@ def other_vectors(s: Settings, batch: str, wanted: set[str], config: str, dim: i
     Args:
         wanted: texts without a vector yet.
         dim: the embedder's dimension; files with vectors of another size are skipped.
+        contacts: when given, only partitions holding one of these contacts are searched (a
+            chunk's text starts with its contact's name, so a text moves with its contact). A
+            fresh run would otherwise read every earlier partition for every batch: 40 files and
+            1.3 s for a 30-chunk batch at 250K messages. Retired vectors are always searched.
 
     Returns:
         Vectors of shape (dim,) float32 for the texts found (a subset of ``wanted``).
     """
     own = partition_path(s.staging_dir, batch)
     sources = [p for p in sorted(own.parent.glob("batch=*.parquet"))
-               if p.name != own.name and _read_text(_config_path(p)) == config]
+               if p.name != own.name and _read_text(_config_path(p)) == config
+               and (contacts is None or _holds_contact(p, contacts))]
     sources += [p for p in sorted(paths.retired_dir(s).glob("batch=*.parquet")) if _retired_config(p) == config]
     found: dict[str, np.ndarray] = {}
     left = set(wanted)
@@ -259,6 +266,15 @@ def other_vectors(s: Settings, batch: str, wanted: set[str], config: str, dim: i
         found.update(hits)
         left.difference_update(hits)
     return found
+
+
+def _holds_contact(path: Path, contacts: set[str]) -> bool:
+    """Whether a partition file has chunks of any of ``contacts`` (reads its contact_id column)."""
+    try:
+        col = pq.read_table(path, columns=["contact_id"]).column("contact_id")
+    except (OSError, ValueError, KeyError, pa.ArrowException):
+        return False  # unreadable: it could not give vectors either
+    return bool(pc.any(pc.is_in(col, value_set=pa.array(sorted(contacts), pa.string()))).as_py())
 
 
 def _matching_vectors(path: Path, wanted: set[str], dim: int) -> dict[str, np.ndarray]:
