@@ -734,12 +734,24 @@ def markdown(res: dict[str, Any]) -> str:
 # Modes --------------------------------------------------------------------------------------------
 
 
-def run_main(args: argparse.Namespace, work: Path, res: dict[str, Any]) -> None:
-    from brb_pipeline.demo.generate import build_demo_archive
+def build_archive_apart(dest: Path, messages: int | None, seed: int, split_contacts: int) -> Any:
+    """Build the demo archive in a child process, so the measured process starts without the
+    generator's heap (at 250K messages it kept ~100 MB that a real `brb ingest` never has)."""
+    from brb_pipeline.demo.generate import MARKER, DemoArchive
 
+    code = ("import sys; from pathlib import Path; from brb_pipeline.demo.generate import build_demo_archive; "
+            "build_demo_archive(Path(sys.argv[1]), messages=None if sys.argv[2] == 'all' else int(sys.argv[2]), "
+            "seed=int(sys.argv[3]), split_contacts=int(sys.argv[4]))")
+    subprocess.run([sys.executable, "-c", code, str(dest), "all" if messages is None else str(messages), str(seed),
+                    str(split_contacts)], check=True, cwd=Path(__file__).resolve().parents[1])
+    marker = json.loads((dest / MARKER).read_text())
+    return DemoArchive(root=dest, chat_db=dest / "chat.db", addressbook_dir=dest / "AddressBook", whatsapp_db=None,
+                       counts=marker["counts"])
+
+
+def run_main(args: argparse.Namespace, work: Path, res: dict[str, Any]) -> None:
     t = time.perf_counter()
-    archive = build_demo_archive(work / "archive", messages=args.messages, seed=args.seed,
-                                 split_contacts=args.split_contacts)
+    archive = build_archive_apart(work / "archive", args.messages, args.seed, args.split_contacts)
     res["archive"] = {"messages": args.messages or FULL_CORPUS, "build_s": round(time.perf_counter() - t, 3),
                       "split_contacts": args.split_contacts, "counts": archive.counts}
     s = settings_for(work / "home", archive, args.model, args.set)
@@ -903,16 +915,40 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return res
 
 
+PER_BATCH_STAGES = ("chunking", "embedding")  # one call per contact batch
+
+
 def rss_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
-    """Peak RSS over the run's start (the pipeline's own memory, without imports and model) must
-    not grow with the archive: the largest stage ratio between the largest and smallest size."""
+    """Two checks between the smallest and the largest size:
+
+    * the per-batch stages' working set (the most RSS grew within one call) grows no faster than
+      the largest batch (ratio <= 1.25 x the batch ratio): memory follows the batch;
+    * the whole run's peak over its start does not grow with the archive (ratio <= 1.25). The
+      archive-wide steps - the HNSW index, which DuckDB's vss keeps in RAM, and UMAP/HDBSCAN over
+      every chunk - are what this one measures.
+    """
     rss = res["rss_sizes"]
-    ratios = {st: v for st, v in rss["peak_rss_delta_mb"]["ratio"].items() if v is not None}
-    worst = max(ratios, key=ratios.get) if ratios else None
-    return [{"target": f"peak RSS over run start per stage does not grow with archive size "
-                       f"({rss['size_ratio']}x messages; ratio <= 1.25)",
-             "value": f"worst: {worst} {ratios[worst]}x" if worst else "n/a",
-             "pass": None if worst is None else ratios[worst] <= 1.25}]
+    runs, sizes = rss["runs"], rss["sizes"]
+    first, last = runs[str(sizes[0])], runs[str(sizes[-1])]
+    out = []
+    b0, b1 = first.get("largest_batch_messages"), last.get("largest_batch_messages")
+    if b0 and b1:
+        batch_ratio = b1 / b0
+        ws = {st: rss["working_set_mb"]["ratio"].get(st) for st in PER_BATCH_STAGES}
+        ws = {st: v for st, v in ws.items() if v is not None}
+        worst = max(ws, key=ws.get) if ws else None
+        out.append({"target": f"per-batch stages' working set grows no faster than the largest batch "
+                              f"({b0:,} -> {b1:,} messages, {batch_ratio:.2f}x; ratio <= 1.25 x that)",
+                    "value": ", ".join(f"{st} {v}x" for st, v in ws.items()) or "n/a",
+                    "pass": None if worst is None else ws[worst] <= 1.25 * batch_ratio})
+    p0 = max((v["peak_rss_mb"] or 0) for v in first["stages"].values()) - first["start_rss_mb"]
+    p1 = max((v["peak_rss_mb"] or 0) for v in last["stages"].values()) - last["start_rss_mb"]
+    ratio = round(p1 / p0, 2) if p0 > 0 else None
+    out.append({"target": f"peak RSS of the run over its start does not grow with archive size "
+                          f"({rss['size_ratio']}x messages; ratio <= 1.25)",
+                "value": f"{p0:,.0f} -> {p1:,.0f} MB ({ratio}x)",
+                "pass": None if ratio is None else ratio <= 1.25})
+    return out
 
 
 if __name__ == "__main__":
