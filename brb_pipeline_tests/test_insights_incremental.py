@@ -362,3 +362,27 @@ def test_fingerprints_see_any_change():
     fx, fy = embedding_fingerprints(x), embedding_fingerprints(y)
     assert fx.dtype == np.uint64 and np.array_equal(fx, embedding_fingerprints(x.copy()))
     assert (fx != fy).tolist() == [False, False, True, False, False]
+
+
+def test_load_store_aligns_streamed_vectors_with_chunk_order_after_deletes(tmp_path):
+    """Vectors are read in table order and placed by rowid: after deletes and a reload (rowids
+    no longer follow chunk_id order) row i is still chunk i's vector."""
+    s = Settings.load(tmp_path / "home", embedding_model="hash")
+    con = duck.connect(s.duckdb_path)
+    rng = np.random.default_rng(3)
+    parts, vectors = {}, {}
+    for b, contact in (("batch-002", "zed"), ("batch-001", "amy"), ("batch-003", "kim")):
+        frame = make_chunks(b, contact, 7)
+        v = rng.standard_normal((7, 8)).astype(np.float32)
+        vectors.update(zip(frame["chunk_id"].to_list(), v))
+        parts[b] = store.write_partition(s.staging_dir, b, frame, v, "m@1")
+    store.load_partitions(con, parts)
+    store.delete_contacts(con, ["amy"])
+    store.load_partitions(con, {"batch-001": parts["batch-001"]})  # amy again, now last in the table
+    con.close()
+    rows, emb, _ = insights.load_store(s, ("chunk_id", "contact_id"))
+    ids = rows["chunk_id"].to_list()
+    assert ids == sorted(vectors) and emb.shape == (21, 8)
+    np.testing.assert_array_equal(emb, np.stack([vectors[c] for c in ids]))
+    only_rows, none, _ = insights.load_store(s, ("content",), vectors=False)
+    assert only_rows.columns == ["chunk_id", "content"] and none.size == 0
