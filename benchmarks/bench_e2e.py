@@ -701,8 +701,10 @@ def markdown(res: dict[str, Any]) -> str:
     if rss:
         sizes = rss["sizes"]
         L.append(f"## Peak RSS per stage by archive size (model `{cfg['model']}`, one subprocess per size)\n")
-        L.append("MB per stage: process peak RSS / peak over the RSS at the start of the run (after imports, the "
-                 "model load and the demo archive build) / the most RSS grew within one call of the stage's functions.\n")
+        L.append("MB per stage: process peak RSS / peak over the RSS at the start of the run (after imports and the "
+                 "model load; the demo archive is built by a child process) / the most RSS grew within one call of the "
+                 "stage's functions. A bigger archive comes from more people (each corpus participant split into "
+                 "`split` people), so the batches stay about as busy; the largest batch is listed per size.\n")
         head = " | ".join(f"{n:,} msgs" for n in sizes)
         L.append(f"| stage | {head} | ratio {sizes[-1]:,}/{sizes[0]:,} (peak / over start / growth) |")
         L.append("|---|" + "---:|" * (len(sizes) + 1))
