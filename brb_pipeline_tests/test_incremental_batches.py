@@ -125,19 +125,29 @@ def test_random_histories_never_overfill_and_keep_whoever_fits():
         previous = dict(zip(a["contact_id"], a["batch"]))
 
 
-def test_other_vectors_reads_matching_rows_of_other_batches_and_retired(tmp_path):
+def _vector_home(tmp_path):
+    """Settings, an 8-d hash embedder, its config and an empty partitions folder."""
     s = Settings.load(tmp_path / "home", embedding_model="hash")
     emb = HashEmbedder(dim=8)
-    config = embed.embed_config(emb)
     chunks_dir = s.staging_dir / "chunks"
     chunks_dir.mkdir(parents=True)
+    return s, emb, embed.embed_config(emb), chunks_dir
+
+
+def _write_vectors(path, emb, texts, cfg, contact=None, row_group_size=None):
+    """A partition-like file of ``texts`` and their vectors (and a contact_id column if given)."""
+    cols = {} if contact is None else {"contact_id": [contact] * len(texts)}
+    cols |= {"embedding_text": texts,
+             "embedding": pa.FixedSizeListArray.from_arrays(pa.array(emb.embed(texts).reshape(-1)), 8)}
+    pq.write_table(pa.table(cols), path, row_group_size=row_group_size)
+    path.with_name(path.name + ".embedcfg").write_text(cfg)
+
+
+def test_other_vectors_reads_matching_rows_of_other_batches_and_retired(tmp_path):
+    s, emb, config, chunks_dir = _vector_home(tmp_path)
 
     def write(path, texts, cfg):
-        vecs = emb.embed(texts)
-        table = pa.table({"embedding_text": texts,
-                          "embedding": pa.FixedSizeListArray.from_arrays(pa.array(vecs.reshape(-1)), 8)})
-        pq.write_table(table, path, row_group_size=3)  # several row groups: rows map across them
-        path.with_name(path.name + ".embedcfg").write_text(cfg)
+        _write_vectors(path, emb, texts, cfg, row_group_size=3)  # several row groups: rows map across them
 
     write(chunks_dir / "batch=batch-001.parquet", [f"t{i}" for i in range(10)], config)
     write(chunks_dir / "batch=batch-002.parquet", ["other model"], "another|max_tokens=1")
@@ -155,18 +165,10 @@ def test_other_vectors_reads_matching_rows_of_other_batches_and_retired(tmp_path
 
 
 def test_other_vectors_searches_only_partitions_holding_the_batch_contacts(tmp_path):
-    s = Settings.load(tmp_path / "home", embedding_model="hash")
-    emb = HashEmbedder(dim=8)
-    config = embed.embed_config(emb)
-    chunks_dir = s.staging_dir / "chunks"
-    chunks_dir.mkdir(parents=True)
+    s, emb, config, chunks_dir = _vector_home(tmp_path)
     for batch, contact, texts in (("batch-001", "ann", ["a0", "a1"]), ("batch-002", "bob", ["b0", "same"]),
                                   ("batch-003", "cy", ["same"])):
-        table = pa.table({"contact_id": [contact] * len(texts), "embedding_text": texts,
-                          "embedding": pa.FixedSizeListArray.from_arrays(pa.array(emb.embed(texts).reshape(-1)), 8)})
-        path = chunks_dir / f"batch={batch}.parquet"
-        pq.write_table(table, path)
-        path.with_name(path.name + ".embedcfg").write_text(config)
+        _write_vectors(chunks_dir / f"batch={batch}.parquet", emb, texts, config, contact=contact)
     wanted = {"a1", "b0", "same"}
     assert sorted(embed.other_vectors(s, "batch-000", wanted, config, 8)) == ["a1", "b0", "same"]
     assert sorted(embed.other_vectors(s, "batch-000", wanted, config, 8, {"bob"})) == ["b0", "same"]
