@@ -47,7 +47,13 @@ from brb_pipeline.core.records import (
     ReadResult,
     read_all,
 )
-from brb_pipeline.sources.sqlite_ro import BlockReader, open_readonly, table_columns, translate_sqlite_error
+from brb_pipeline.sources.sqlite_ro import (
+    BlockReader,
+    open_readonly,
+    stat_warnings,
+    table_columns,
+    translate_sqlite_error,
+)
 from brb_pipeline.sources.typedstream import decode_attributed_body
 
 log = logging.getLogger(__name__)
@@ -415,31 +421,22 @@ class IMessageStream(BlockReader):
         out = messages.join(self._rx, on="message_id", how="left", maintain_order="left")
         return out.with_columns(pl.col("reactions").fill_null(empty))
 
-    def result(self) -> ReadResult:
-        """Chats (with the orphan bucket when used), stats and warnings; ``messages`` is empty.
-
-        Raises:
-            RuntimeError: before :meth:`blocks` was exhausted.
-        """
-        if not self._done:
-            raise RuntimeError("IMessageStream.result() before every block was read")
+    def _summary(self) -> tuple[pl.DataFrame, list[str]]:
+        """Chats (with the orphan bucket when used) and warnings."""
         stats = self.stats
         stats["tapbacks_orphaned"] = sum(self._tap_rows.values()) - stats["tapbacks_folded"]
         chats = self.chats if stats["orphans"] else self.chats.head(self.chats.height - 1)  # the bucket is last
-        warnings = []
-        if stats["tapbacks_orphaned"]:
-            warnings.append(f"iMessage - {stats['tapbacks_orphaned']:,} tapbacks whose parent message is missing")
-        if stats["orphans"]:
-            warnings.append(f"iMessage - {stats['orphans']:,} messages with no chat, kept under {ORPHAN}")
-        if stats["unknown_handle"]:
-            warnings.append(f"iMessage - {stats['unknown_handle']:,} messages from a handle that no longer exists")
-        if stats["undecodable"]:
-            warnings.append(f"iMessage - {stats['undecodable']:,} attributedBody blobs yielded no text")
+        warnings = stat_warnings(stats, {
+            "tapbacks_orphaned": "iMessage - {n:,} tapbacks whose parent message is missing",
+            "orphans": f"iMessage - {{n:,}} messages with no chat, kept under {ORPHAN}",
+            "unknown_handle": "iMessage - {n:,} messages from a handle that no longer exists",
+            "undecodable": "iMessage - {n:,} attributedBody blobs yielded no text",
+        })
         log.info(
             "iMessage - read %s rows into %s messages and %s chats in %.2f s",
             f"{stats['messages_read']:,}", f"{stats['messages']:,}", f"{chats.height:,}", time.perf_counter() - self._t0,
         )
-        return ReadResult(messages=pl.DataFrame(schema=MESSAGE_SCHEMA), chats=chats, stats=dict(stats), warnings=warnings)
+        return chats, warnings
 
 
 def _reaction_frame(state: dict[tuple, tuple]) -> pl.DataFrame:

@@ -7,12 +7,15 @@ from collections.abc import Callable, Mapping, Set
 from pathlib import Path
 from types import TracebackType
 
+import polars as pl
+
 from brb_pipeline.core.errors import (
     DatabaseLockedError,
     NotADatabaseError,
     SourceMissingError,
     UnknownSchemaError,
 )
+from brb_pipeline.core.records import MESSAGE_SCHEMA, ReadResult
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -127,3 +130,24 @@ class BlockReader:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+    def result(self) -> ReadResult:
+        """Chats, stats and warnings of the whole read; ``messages`` is empty (the blocks held them).
+
+        Raises:
+            RuntimeError: before :meth:`blocks` was exhausted.
+        """
+        if not self._done:
+            raise RuntimeError(f"{type(self).__name__}.result() before every block was read")
+        chats, warnings = self._summary()
+        return ReadResult(messages=pl.DataFrame(schema=MESSAGE_SCHEMA), chats=chats, stats=dict(self.stats),
+                          warnings=warnings)
+
+    def _summary(self) -> tuple[pl.DataFrame, list[str]]:
+        """(chats, warnings) once every block was read; logs the reader's summary."""
+        raise NotImplementedError
+
+
+def stat_warnings(stats: Mapping[str, int], templates: Mapping[str, str]) -> list[str]:
+    """One warning per non-zero counter: ``templates`` maps a stats key to a message with ``{n}``."""
+    return [msg.format(n=stats[key]) for key, msg in templates.items() if stats.get(key)]

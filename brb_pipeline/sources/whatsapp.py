@@ -33,7 +33,7 @@ import polars as pl
 from brb_pipeline.core.errors import CancelledError
 from brb_pipeline.core.handles import normalize_handle
 from brb_pipeline.core.records import CHAT_SCHEMA, MESSAGE_SCHEMA, ORPHAN_CHAT_ID, REACTION, ReadResult, read_all
-from brb_pipeline.sources.sqlite_ro import BlockReader, open_readonly, translate_sqlite_error
+from brb_pipeline.sources.sqlite_ro import BlockReader, open_readonly, stat_warnings, translate_sqlite_error
 
 log = logging.getLogger(__name__)
 
@@ -194,22 +194,14 @@ class WhatsAppStream(BlockReader):
             raise translate_sqlite_error(e, WHAT, self.path) from None
         self._done = True
 
-    def result(self) -> ReadResult:
-        """Chats, stats and warnings (logged); ``messages`` is empty.
-
-        Raises:
-            RuntimeError: before :meth:`blocks` was exhausted.
-        """
-        if not self._done:
-            raise RuntimeError("WhatsAppStream.result() before every block was read")
+    def _summary(self) -> tuple[pl.DataFrame, list[str]]:
+        """Chats and warnings (logged)."""
         stats = self.stats
-        warnings: list[str] = []
-        if stats["bad_timestamp"]:
-            warnings.append(f"WhatsApp - {stats['bad_timestamp']} messages without a usable date were skipped")
-        if stats["orphans"]:
-            warnings.append(f"WhatsApp - {stats['orphans']} messages point at no chat session")
-        if stats["undecodable_text"]:
-            warnings.append(f"WhatsApp - {stats['undecodable_text']} messages had invalid UTF-8 (replaced)")
+        warnings = stat_warnings(stats, {
+            "bad_timestamp": "WhatsApp - {n} messages without a usable date were skipped",
+            "orphans": "WhatsApp - {n} messages point at no chat session",
+            "undecodable_text": "WhatsApp - {n} messages had invalid UTF-8 (replaced)",
+        })
         for w in warnings:
             log.warning(w)
         log.info(
@@ -217,8 +209,7 @@ class WhatsAppStream(BlockReader):
             stats["messages_read"], stats["chats"], stats["status_skipped"], stats["empty_skipped"],
             stats["system_skipped"],
         )
-        return ReadResult(messages=pl.DataFrame(schema=MESSAGE_SCHEMA), chats=self.chats, stats=dict(stats),
-                          warnings=warnings)
+        return self.chats, warnings
 
 
 def _str(v: object) -> str | None:
