@@ -1,4 +1,5 @@
-"""Hybrid search over the chunk store: HNSW vectors + BM25 text, fused with Reciprocal Rank Fusion.
+"""Hybrid search over the chunk store: HNSW vectors + BM25 text, fused (see :mod:`.fusion`),
+overlapping windows merged into one passage, with a relevance floor.
 
 Query forms (measured on duckdb 1.4.4, see ``benchmarks/bench_search.py`` and its JSON):
 
@@ -20,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -28,6 +29,8 @@ import duckdb
 import numpy as np
 
 from brb_pipeline.core.errors import StoreError
+from brb_pipeline.core.fusion import Fusion, Span, fuse, is_specific, merge_lines, merge_overlapping, mmr_order
+from brb_pipeline.core.fusion import rrf_fuse as rrf_fuse  # re-exported: the fusion most callers know
 from brb_pipeline.core.index import FTS_PARAMS, FTS_SCHEMA, HNSW_INDEX, REBUILD_HINT, fts_query_text
 
 log = logging.getLogger(__name__)
@@ -35,6 +38,7 @@ log = logging.getLogger(__name__)
 MODES = ("hybrid", "vector", "lexical")
 _POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="brb-bm25")
 _HIT_COLUMNS = "chunk_id, contact_id, chat_id, channel, position, start_ts, end_ts, content"
+_SPAN_COLUMNS = _HIT_COLUMNS + ", conversation"
 
 
 @dataclass
@@ -53,7 +57,8 @@ class Hit:
     vector_score: float | None = None  # cosine similarity, 1 - cosine distance
     lexical_rank: int | None = None
     lexical_score: float | None = None  # BM25
-    score: float = 0.0  # fused RRF score (or the single list's score in one-list modes)
+    score: float = 0.0  # fused score (or the single list's score in one-list modes)
+    chunk_ids: list[str] = field(default_factory=list)  # every chunk merged into this hit, best first
 
 
 @dataclass
@@ -67,31 +72,11 @@ class SearchResult:
     vector_strategy: str | None = None  # "hnsw" | "exact" | None
     vector_candidates: int = 0
     lexical_candidates: int = 0
+    merged: int = 0  # candidate chunks folded into an earlier hit of the same passage
+    specific: bool = False  # the query has a rare, numeric or quoted term (lexical weighs more)
+    top_similarity: float | None = None  # best cosine similarity of any candidate
+    confident: bool | None = None  # top_similarity >= the floor, or a specific term matched; None: not judged
     timings_ms: dict[str, float] = field(default_factory=dict)
-
-
-def rrf_fuse(lists: Sequence[Sequence[str]], k: int = 60) -> list[tuple[str, float]]:
-    """Reciprocal Rank Fusion: ``score(d) = sum over lists of 1 / (k + rank_d)``, rank 1-based.
-
-    Args:
-        lists: ranked id lists, best first. A repeated id counts at its first position only.
-        k: RRF constant; larger flattens the weight of top ranks.
-
-    Returns:
-        ``(id, score)`` best first. Ties break by best single rank, then id, so the order is
-        deterministic.
-    """
-    scores: dict[str, float] = {}
-    best: dict[str, int] = {}
-    for ranked in lists:
-        seen: set[str] = set()
-        for rank, doc in enumerate(ranked, start=1):
-            if doc in seen:
-                continue
-            seen.add(doc)
-            scores[doc] = scores.get(doc, 0.0) + 1.0 / (k + rank)
-            best[doc] = min(best.get(doc, rank), rank)
-    return sorted(scores.items(), key=lambda item: (-item[1], best[item[0]], item[0]))
 
 
 def _utc(ts: datetime) -> datetime:
@@ -192,6 +177,23 @@ def _missing_index() -> StoreError:
     return StoreError(f"search index missing: {REBUILD_HINT}")
 
 
+@dataclass(frozen=True)
+class _Query:
+    """What every candidate query needs: mode, vector, filters and depth."""
+
+    text: str
+    vec: np.ndarray | None
+    dim: int | None
+    where: str
+    params: list
+    candidates: int
+    ef_search: int
+
+    @property
+    def filtered(self) -> bool:
+        return self.where != "TRUE"
+
+
 def search(
     con: duckdb.DuckDBPyConnection,
     *,
@@ -199,13 +201,17 @@ def search(
     query_vec: np.ndarray | None,
     mode: str = "hybrid",
     k: int = 10,
-    rrf_k: int = 60,
+    rrf_k: int | None = None,
+    fusion: Fusion | None = None,
     contact_ids: Sequence[str] | None = None,
     channel: str | None = None,
     since: datetime | None = None,
     until: datetime | None = None,
     ef_search: int = 64,
     candidates: int = 50,
+    merge: bool = True,
+    diversity: float | None = None,
+    min_similarity: float | None = None,
     parallel: bool = True,
 ) -> SearchResult:
     """Search the chunk store.
@@ -214,13 +220,19 @@ def search(
         query_text: text for BM25 (the routed rest of the query).
         query_vec: ``(dim,)`` float32 query embedding from the store's model; required by the
             ``hybrid`` and ``vector`` modes.
-        mode: ``hybrid`` (RRF of both lists), ``vector`` or ``lexical``.
+        mode: ``hybrid`` (both lists fused), ``vector`` or ``lexical``.
         k: hits returned.
-        rrf_k: RRF constant.
+        rrf_k: RRF constant (overrides ``fusion.rrf_k``; kept for older callers).
+        fusion: how hybrid combines its lists (default :class:`Fusion`'s defaults).
         contact_ids, channel, since, until: filters, applied before any top-n; ``since``/``until``
             keep chunks overlapping ``[since, until)`` (naive datetimes are UTC).
         ef_search: HNSW search breadth (``hnsw_ef_search``).
-        candidates: depth of each candidate list (at least ``k``).
+        candidates: depth of each candidate list (at least ``2 * k`` when merging).
+        merge: fold hits whose windows overlap in one conversation into one hit.
+        diversity: MMR trade-off in (0, 1] for near-duplicate passages across conversations
+            (1 = relevance only); None keeps the fused order.
+        min_similarity: the relevance floor: ``confident`` is False when no candidate's cosine
+            similarity reaches it and no specific term matched; None leaves ``confident`` None.
         parallel: in hybrid mode, run the BM25 query on a second connection in a worker thread.
 
     Raises:
@@ -229,110 +241,192 @@ def search(
     """
     if mode not in MODES:
         raise ValueError(f"unknown search mode {mode!r}; expected one of {MODES}")
+    if diversity is not None and not 0 < diversity <= 1:
+        raise ValueError(f"diversity must be in (0, 1], got {diversity}")
     t_start = time.perf_counter()
+    fusion = fusion or Fusion()
+    if rrf_k is not None:
+        fusion = Fusion(fusion.method, fusion.lexical_weight, fusion.specific_lexical_weight, fusion.rare_df_share,
+                        int(rrf_k))
     result = SearchResult(query=query_text, mode=mode)
-    has_chunks, has_hnsw, has_fts, dim, catalog = _store_state(con)
-    if not has_chunks:
-        raise StoreError("no search store yet: run `brb ingest` first")
     use_vec, use_lex = mode in ("hybrid", "vector"), mode in ("hybrid", "lexical")
-    if (use_vec and not has_hnsw) or (use_lex and not has_fts):
-        raise _missing_index()
-    k, candidates = int(k), max(int(candidates), int(k))
-    where, params = _filters(contact_ids, channel, since, until)
-    filtered = where != "TRUE"
-
-    q = None
+    q = _prepare(con, query_text, query_vec, use_vec, use_lex, k, candidates, merge, ef_search,
+                 _filters(contact_ids, channel, since, until))
     if use_vec:
-        if query_vec is None:
-            raise ValueError(f"mode {mode!r} needs query_vec")
-        q = np.asarray(query_vec, dtype=np.float32).reshape(-1)
-        if q.shape[0] != dim:
-            raise StoreError(
-                f"query vector has {q.shape[0]} dims but the store holds {dim}-d vectors: "
-                "search with the model the store was built with"
-            )
-        result.vector_strategy = "exact" if filtered else "hnsw"
+        result.vector_strategy = "exact" if q.filtered else "hnsw"
 
-    def run_vector(c: duckdb.DuckDBPyConnection) -> tuple[list, float]:
-        t0 = time.perf_counter()
-        try:
-            if filtered:
-                rows = c.execute(vector_sql(dim, filtered=True, where=where), [q.tolist(), *params, candidates]).fetchall()
-            else:
-                c.execute(f"SET hnsw_ef_search = {max(int(ef_search), 1)}")
-                rows = c.execute(vector_sql(dim, filtered=False), [q.tolist(), candidates]).fetchall()
-        except duckdb.Error as exc:
-            raise StoreError(f"vector index damaged ({type(exc).__name__}): {REBUILD_HINT}") from None
-        rows.sort(key=lambda r: (r[1], r[0]))
-        return rows, (time.perf_counter() - t0) * 1000
-
-    def run_lexical(c: duckdb.DuckDBPyConnection) -> tuple[list, float]:
-        t0 = time.perf_counter()
-        try:
-            rows = c.execute(lexical_sql(where), [fts_query_text(query_text), *params, candidates]).fetchall()
-        except duckdb.Error as exc:
-            raise StoreError(f"text index damaged ({type(exc).__name__}): {REBUILD_HINT}") from None
-        rows.sort(key=lambda r: (-r[1], r[0]))
-        return rows, (time.perf_counter() - t0) * 1000
-
-    vec_rows: list[tuple[str, float]] = []
-    lex_rows: list[tuple[str, float]] = []
-    if use_vec and use_lex and parallel:
-        # DuckDB releases the GIL: BM25 runs on a second connection of the same database while
-        # the vector query runs here, so hybrid costs about the slower of the two.
-        cur = con.cursor()
-        cur.execute(f"USE {_quote(catalog)}")
-        future = _POOL.submit(run_lexical, cur)
-        try:
-            vec_rows, result.timings_ms["vector"] = run_vector(con)
-        finally:
-            wait([future])  # never close the cursor under a running query
-            cur.close()
-        lex_rows, result.timings_ms["lexical"] = future.result()
-    else:
-        if use_vec:
-            vec_rows, result.timings_ms["vector"] = run_vector(con)
-        if use_lex:
-            lex_rows, result.timings_ms["lexical"] = run_lexical(con)
+    vec_rows, lex_rows, term_stats = _candidates(con, q, use_vec, use_lex, parallel, result.timings_ms)
     result.vector_candidates, result.lexical_candidates = len(vec_rows), len(lex_rows)
+    if term_stats is not None:
+        result.specific = is_specific(query_text, term_stats[0], term_stats[1], fusion.rare_df_share)
 
     t0 = time.perf_counter()
-    vec_info = {cid: (rank, 1.0 - dist) for rank, (cid, dist) in enumerate(vec_rows, start=1)}
-    lex_info = {cid: (rank, score) for rank, (cid, score) in enumerate(lex_rows, start=1)}
     if mode == "hybrid":
-        fused = rrf_fuse([[r[0] for r in vec_rows], [r[0] for r in lex_rows]], k=rrf_k)[:k]
-    elif mode == "vector":
-        fused = [(cid, vec_info[cid][1]) for cid, _ in vec_rows[:k]]
+        fused = fuse(vec_rows, lex_rows, fusion, specific=result.specific)
     else:
-        fused = [(cid, score) for cid, score in lex_rows[:k]]
+        fused = list(vec_rows if use_vec else lex_rows)
     result.timings_ms["fuse"] = (time.perf_counter() - t0) * 1000
 
     t0 = time.perf_counter()
-    details = _fetch(con, [cid for cid, _ in fused])
-    for cid, score in fused:
-        hit = details.get(cid)
-        if hit is None:  # deleted between the candidate query and now
-            continue
-        hit.score = float(score)
-        if cid in vec_info:
-            hit.vector_rank, hit.vector_score = vec_info[cid][0], float(vec_info[cid][1])
-        if cid in lex_info:
-            hit.lexical_rank, hit.lexical_score = lex_info[cid][0], float(lex_info[cid][1])
-        result.hits.append(hit)
+    rows = _fetch(con, [cid for cid, _ in fused] if merge or diversity else [cid for cid, _ in fused[:k]])
+    spans = [Span(cid, rows[cid][2], rows[cid][8], rows[cid][5], rows[cid][6], float(score), i, [cid])
+             for i, (cid, score) in enumerate(fused) if cid in rows]
+    merged = merge_overlapping(spans) if merge else spans
+    result.merged = len(spans) - len(merged)
+    if diversity is not None and len(merged) > 1:
+        vecs = _embeddings(con, [g.chunk_id for g in merged], q.dim)
+        merged = [merged[i] for i in mmr_order([g.score for g in merged], vecs, diversity, k)]
+    result.hits = _attach(merged[:k], rows, dict(vec_rows), lex_rows)
     result.timings_ms["fetch"] = (time.perf_counter() - t0) * 1000
+
+    if use_vec and vec_rows:
+        result.top_similarity = float(vec_rows[0][1])
+    if min_similarity is not None and use_vec:
+        result.confident = bool((result.top_similarity or -1.0) >= min_similarity
+                                or (result.specific and lex_rows))
     result.timings_ms["total"] = (time.perf_counter() - t_start) * 1000
     log.debug("Search - %s k=%d: %d hits in %.1f ms", mode, k, len(result.hits), result.timings_ms["total"])
     return result
 
 
-def _fetch(con: duckdb.DuckDBPyConnection, chunk_ids: list[str]) -> dict[str, Hit]:
+def _prepare(con: duckdb.DuckDBPyConnection, text: str, query_vec: np.ndarray | None, use_vec: bool, use_lex: bool,
+             k: int, candidates: int, merge: bool, ef_search: int, filters: tuple[str, list]) -> _Query:
+    """Check the store and the query vector; the candidate depth."""
+    has_chunks, has_hnsw, has_fts, dim, _ = _store_state(con)
+    if not has_chunks:
+        raise StoreError("no search store yet: run `brb ingest` first")
+    if (use_vec and not has_hnsw) or (use_lex and not has_fts):
+        raise _missing_index()
+    vec = None
+    if use_vec:
+        if query_vec is None:
+            raise ValueError("vector and hybrid modes: the search needs query_vec")
+        vec = np.asarray(query_vec, dtype=np.float32).reshape(-1)
+        if vec.shape[0] != dim:
+            raise StoreError(
+                f"query vector has {vec.shape[0]} dims but the store holds {dim}-d vectors: "
+                "search with the model the store was built with"
+            )
+    k = int(k)
+    depth = max(int(candidates), 2 * k if merge else k)
+    return _Query(text, vec, dim, filters[0], filters[1], depth, max(int(ef_search), depth, 1))
+
+
+def _candidates(con: duckdb.DuckDBPyConnection, q: _Query, use_vec: bool, use_lex: bool, parallel: bool,
+                timings: dict[str, float]) -> tuple[list, list, tuple[int | None, int] | None]:
+    """Both candidate lists (hybrid: BM25 on a second connection in a worker thread while the
+    vector query runs here; DuckDB releases the GIL, so hybrid costs about the slower one)."""
+    vec_rows: list[tuple[str, float]] = []
+    lex: tuple[list, tuple[int | None, int]] = ([], (None, 0))
+    if use_vec and use_lex and parallel:
+        cur = con.cursor()
+        cur.execute(f"USE {_quote(_store_state(con)[4])}")
+        future: Future = _POOL.submit(_timed, _lexical_candidates, cur, q)
+        try:
+            vec_rows, timings["vector"] = _timed(_vector_candidates, con, q)
+        finally:
+            wait([future])  # never close the cursor under a running query
+            cur.close()
+        lex, timings["lexical"] = future.result()
+    else:
+        if use_vec:
+            vec_rows, timings["vector"] = _timed(_vector_candidates, con, q)
+        if use_lex:
+            lex, timings["lexical"] = _timed(_lexical_candidates, con, q)
+    return vec_rows, lex[0], (lex[1] if use_lex else None)
+
+
+def _timed(fn, *args):  # noqa: ANN001, ANN202 - a tiny local helper
+    t0 = time.perf_counter()
+    out = fn(*args)
+    return out, (time.perf_counter() - t0) * 1000
+
+
+def _vector_candidates(c: duckdb.DuckDBPyConnection, q: _Query) -> list[tuple[str, float]]:
+    """``(chunk_id, cosine similarity)`` best first."""
+    try:
+        if q.filtered:
+            rows = c.execute(vector_sql(q.dim, filtered=True, where=q.where),
+                             [q.vec.tolist(), *q.params, q.candidates]).fetchall()
+        else:
+            c.execute(f"SET hnsw_ef_search = {q.ef_search}")
+            rows = c.execute(vector_sql(q.dim, filtered=False), [q.vec.tolist(), q.candidates]).fetchall()
+    except duckdb.Error as exc:
+        raise StoreError(f"vector index damaged ({type(exc).__name__}): {REBUILD_HINT}") from None
+    rows.sort(key=lambda r: (r[1], r[0]))
+    return [(cid, 1.0 - float(d)) for cid, d in rows]
+
+
+def _lexical_candidates(c: duckdb.DuckDBPyConnection, q: _Query) -> tuple[list[tuple[str, float]], tuple[int | None, int]]:
+    """``(chunk_id, BM25)`` best first, and (smallest document frequency of the query's indexed
+    terms, number of indexed chunks) for :func:`.fusion.is_specific`."""
+    text = fts_query_text(q.text)
+    try:
+        rows = c.execute(lexical_sql(q.where), [text, *q.params, q.candidates]).fetchall()
+        stats = c.execute(term_stats_sql(), [text]).fetchone()
+    except duckdb.Error as exc:
+        raise StoreError(f"text index damaged ({type(exc).__name__}): {REBUILD_HINT}") from None
+    rows.sort(key=lambda r: (-r[1], r[0]))
+    return [(cid, float(s)) for cid, s in rows], (stats[0], int(stats[1] or 0))
+
+
+def term_stats_sql() -> str:
+    """(min df of the query's terms in the BM25 dictionary, indexed documents). Parameter: the query."""
+    s = FTS_SCHEMA
+    return (
+        f"SELECT (SELECT min(d.df) FROM {s}.dict d WHERE d.term IN "
+        f"(SELECT stem(unnest({s}.tokenize(?)), '{FTS_PARAMS['stemmer']}'))), (SELECT num_docs FROM {s}.stats)"
+    )
+
+
+def _attach(groups: Sequence[Span], rows: dict[str, tuple], vec: dict[str, float],
+            lex_rows: Sequence[tuple[str, float]]) -> list[Hit]:
+    """Hits for the merged groups: the best member's row, the union of the members' lines in
+    chat order, and the best member's list ranks and scores."""
+    vec_rank = {cid: i for i, cid in enumerate(vec, start=1)}
+    lex_info = {cid: (rank, s) for rank, (cid, s) in enumerate(lex_rows, start=1)}
+    hits = []
+    for g in groups:
+        hit = Hit(*rows[g.chunk_id][:8])
+        members = sorted(g.chunk_ids, key=lambda c: (rows[c][4] if rows[c][4] is not None else 0, c))
+        if len(members) > 1:
+            hit.content = merge_lines([rows[c][7] or "" for c in members])
+            hit.start_ts = min(rows[c][5] for c in members)
+            hit.end_ts = max(rows[c][6] for c in members)
+        hit.chunk_ids = list(g.chunk_ids)
+        hit.score = g.score
+        best_vec = [c for c in g.chunk_ids if c in vec]
+        if best_vec:
+            c = min(best_vec, key=vec_rank.__getitem__)
+            hit.vector_rank, hit.vector_score = vec_rank[c], vec[c]
+        best_lex = [c for c in g.chunk_ids if c in lex_info]
+        if best_lex:
+            c = min(best_lex, key=lambda x: lex_info[x][0])
+            hit.lexical_rank, hit.lexical_score = lex_info[c]
+        hits.append(hit)
+    return hits
+
+
+def _fetch(con: duckdb.DuckDBPyConnection, chunk_ids: list[str]) -> dict[str, tuple]:
+    """chunk_id -> (``_HIT_COLUMNS``..., conversation) for the ids still in the store."""
     if not chunk_ids:
         return {}
     rows = con.execute(
         # list_contains measured ~2x faster than IN (SELECT unnest(?)) and IN (?, ?, ...) here.
-        f"SELECT {_HIT_COLUMNS} FROM chunks WHERE list_contains(?::VARCHAR[], chunk_id)", [chunk_ids]
+        f"SELECT {_SPAN_COLUMNS} FROM chunks WHERE list_contains(?::VARCHAR[], chunk_id)", [chunk_ids]
     ).fetchall()
-    return {r[0]: Hit(*r) for r in rows}
+    return {r[0]: r for r in rows}
+
+
+def _embeddings(con: duckdb.DuckDBPyConnection, chunk_ids: list[str], dim: int | None) -> np.ndarray:
+    """``(len(chunk_ids), dim)`` stored vectors in the order given."""
+    tbl = con.execute("SELECT chunk_id, embedding FROM chunks WHERE list_contains(?::VARCHAR[], chunk_id)",
+                      [chunk_ids]).fetch_arrow_table()
+    ids = tbl.column("chunk_id").to_pylist()
+    flat = tbl.column("embedding").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+    mat = flat.reshape(len(ids), -1) if ids else np.zeros((0, dim or 1), dtype=np.float32)
+    at = {cid: i for i, cid in enumerate(ids)}
+    return np.stack([mat[at[c]] for c in chunk_ids]) if chunk_ids else mat
 
 
 def neighbours(con: duckdb.DuckDBPyConnection, chunk_id: str, span: int = 1) -> list[Hit]:

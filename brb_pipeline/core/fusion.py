@@ -1,0 +1,238 @@
+"""What hybrid search does with its two candidate lists: fuse, merge overlapping windows, diversify.
+
+Pure functions over ranked ids and small row tuples; no database. :mod:`brb_pipeline.core.search`
+runs the queries and calls these in order: :func:`fuse` -> :func:`merge_overlapping` ->
+(optionally) :func:`mmr_order` -> top-k.
+
+Fusion. Equal-weight Reciprocal Rank Fusion lets a weak lexical match (one shared common word)
+push the right passage out of the top 5: on our dev questions it lost to its own vector half.
+:class:`Fusion` therefore weights the lexical list, and can raise that weight only for a query
+that carries a *specific* term (a rare word of the archive, a 3+ digit number or a quoted phrase),
+the questions where lexical search wins. The defaults were chosen on the dev half of
+``benchmarks/questions/`` (``benchmarks/bench_retrieval.py``; its table keeps every variant).
+
+Merging. Windows overlap (window 8, stride 4: each message is in two chunks), so the two chunks
+around one remembered moment would take two of the k slots. Hits of one chat and conversation
+whose time spans intersect become one hit: the union span, the best score and rank, every chunk
+id, and the union of their lines.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import numpy as np
+
+FUSION_METHODS = ("rrf", "score")
+_QUOTED_RE = re.compile(r"[\"“”«»„]([^\"“”«»„]{2,})[\"“”«»„]")
+_NUMBER_RE = re.compile(r"\d{3,}")
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """How hybrid mode combines the vector and the lexical list.
+
+    Attributes:
+        method: ``rrf`` (weighted Reciprocal Rank Fusion) or ``score`` (a convex combination of
+            min-max normalized cosine and BM25 scores).
+        lexical_weight: weight of the lexical list (the vector list weighs 1; in ``score``,
+            the lexical share of the combination).
+        specific_lexical_weight: weight used instead for a query with a specific term (see
+            :func:`is_specific`); None keeps ``lexical_weight`` for every query.
+        rare_df_share: a query term found in at most this share of the chunks is rare.
+        rrf_k: the RRF constant.
+    """
+
+    method: str = "rrf"
+    lexical_weight: float = 1.0
+    specific_lexical_weight: float | None = None
+    rare_df_share: float = 0.002
+    rrf_k: int = 60
+
+    def __post_init__(self) -> None:
+        if self.method not in FUSION_METHODS:
+            raise ValueError(f"unknown fusion method {self.method!r}; expected one of {FUSION_METHODS}")
+        if self.lexical_weight < 0 or (self.specific_lexical_weight or 0) < 0:
+            raise ValueError("fusion weights must be >= 0")
+
+    def weight_for(self, specific: bool) -> float:
+        if specific and self.specific_lexical_weight is not None:
+            return self.specific_lexical_weight
+        return self.lexical_weight
+
+
+def is_specific(query: str, min_df: int | None, num_docs: int, rare_df_share: float) -> bool:
+    """Whether a query names something lexical search finds best: a quoted phrase, a 3+ digit
+    number, or a term that occurs in at most ``rare_df_share`` of the ``num_docs`` chunks
+    (``min_df``: the smallest document frequency among the query's indexed terms)."""
+    if _QUOTED_RE.search(query) or _NUMBER_RE.search(query):
+        return True
+    return min_df is not None and num_docs > 0 and min_df <= max(1.0, rare_df_share * num_docs)
+
+
+def rrf_fuse(lists: Sequence[Sequence[str]], k: int = 60, weights: Sequence[float] | None = None
+             ) -> list[tuple[str, float]]:
+    """Weighted Reciprocal Rank Fusion: ``score(d) = sum_i w_i / (k + rank_i(d))``, ranks 1-based.
+
+    Args:
+        lists: ranked id lists, best first. A repeated id counts at its first position only.
+        k: RRF constant; larger flattens the weight of top ranks.
+        weights: one weight per list (default all 1).
+
+    Returns:
+        ``(id, score)`` best first. Ties break by best single rank, then id, so the order is
+        deterministic.
+    """
+    weights = [1.0] * len(lists) if weights is None else list(weights)
+    if len(weights) != len(lists):
+        raise ValueError("one weight per list")
+    scores: dict[str, float] = {}
+    best: dict[str, int] = {}
+    for ranked, w in zip(lists, weights, strict=True):
+        seen: set[str] = set()
+        for rank, doc in enumerate(ranked, start=1):
+            if doc in seen:
+                continue
+            seen.add(doc)
+            scores[doc] = scores.get(doc, 0.0) + w / (k + rank)
+            best[doc] = min(best.get(doc, rank), rank)
+    return sorted(scores.items(), key=lambda item: (-item[1], best[item[0]], item[0]))
+
+
+def _minmax(values: dict[str, float]) -> dict[str, float]:
+    if not values:
+        return {}
+    lo, hi = min(values.values()), max(values.values())
+    if hi - lo <= 1e-12:
+        return {d: 1.0 for d in values}
+    return {d: (v - lo) / (hi - lo) for d, v in values.items()}
+
+
+def score_fuse(vector: Sequence[tuple[str, float]], lexical: Sequence[tuple[str, float]], lexical_weight: float
+               ) -> list[tuple[str, float]]:
+    """Convex combination of min-max normalized scores: ``(1 - w) * cos + w * bm25`` (w clipped
+    to [0, 1]; a document missing from a list scores 0 there). Ties break by id."""
+    w = min(max(lexical_weight, 0.0), 1.0)
+    v = _minmax(dict(vector))
+    lx = _minmax(dict(lexical))
+    docs = set(v) | set(lx)
+    scored = {d: (1 - w) * v.get(d, 0.0) + w * lx.get(d, 0.0) for d in docs}
+    return sorted(scored.items(), key=lambda item: (-item[1], item[0]))
+
+
+def fuse(vector: Sequence[tuple[str, float]], lexical: Sequence[tuple[str, float]], fusion: Fusion, *,
+         specific: bool = False) -> list[tuple[str, float]]:
+    """Fuse ``(id, cosine similarity)`` and ``(id, BM25)`` lists, each best first."""
+    w = fusion.weight_for(specific)
+    if fusion.method == "score":
+        return score_fuse(vector, lexical, w)
+    return rrf_fuse([[d for d, _ in vector], [d for d, _ in lexical]], k=fusion.rrf_k, weights=[1.0, w])
+
+
+# ----------------------------------------------------------------------------- merging
+
+
+@dataclass
+class Span:
+    """A candidate (or merged) passage: its chat, conversation, time span and members."""
+
+    chunk_id: str  # the best-ranked member
+    chat_id: str | None
+    conversation: int | None
+    start: datetime | None
+    end: datetime | None
+    score: float
+    order: int  # rank of the best member in the fused list, 0-based
+    chunk_ids: list[str] = field(default_factory=list)
+
+    def overlaps(self, other: Span) -> bool:
+        if self.chat_id is None or self.chat_id != other.chat_id or self.conversation != other.conversation:
+            return False
+        if None in (self.start, self.end, other.start, other.end):
+            return False
+        return self.start <= other.end and other.start <= self.end
+
+    def absorb(self, other: Span) -> None:
+        if other.order < self.order:
+            self.chunk_id, self.score, self.order = other.chunk_id, other.score, other.order
+        self.start = min(self.start, other.start)
+        self.end = max(self.end, other.end)
+        self.chunk_ids.extend(c for c in other.chunk_ids if c not in self.chunk_ids)
+
+
+def merge_overlapping(spans: Iterable[Span]) -> list[Span]:
+    """Merge spans of one chat and conversation whose times intersect, transitively (windows
+    A and C that touch only through B become one once B is seen). Returns the merged spans,
+    best first (by their best member's order), each with its chunk ids best first."""
+    groups: list[Span] = []
+    rank: dict[str, int] = {}
+    for span in spans:
+        rank.setdefault(span.chunk_id, span.order)
+        cur = Span(span.chunk_id, span.chat_id, span.conversation, span.start, span.end, span.score, span.order,
+                   list(span.chunk_ids or [span.chunk_id]))
+        while True:
+            touching = [g for g in groups if g.overlaps(cur)]
+            if not touching:
+                break
+            for g in touching:
+                groups.remove(g)
+                cur.absorb(g)
+        groups.append(cur)
+    for g in groups:
+        g.chunk_ids.sort(key=lambda c: (rank.get(c, g.order), c))
+    return sorted(groups, key=lambda g: g.order)
+
+
+def merge_lines(texts: Sequence[str]) -> str:
+    """The union of overlapping windows' lines, in order: each next text (later in the chat)
+    adds the lines after its longest prefix that ends the text so far."""
+    out: list[str] = []
+    for text in texts:
+        lines = text.split("\n") if text else []
+        if not out:
+            out = list(lines)
+            continue
+        overlap = 0
+        for n in range(min(len(out), len(lines)), 0, -1):
+            if out[-n:] == lines[:n]:
+                overlap = n
+                break
+        out.extend(lines[overlap:])
+    return "\n".join(out)
+
+
+# ----------------------------------------------------------------------------- diversity
+
+
+def mmr_order(relevance: Sequence[float], vectors: np.ndarray, lam: float, k: int) -> list[int]:
+    """Maximal Marginal Relevance: indices of up to ``k`` items picked one by one, each
+    maximizing ``lam * relevance - (1 - lam) * max cosine to the picked``.
+
+    Args:
+        relevance: per item, higher is better (min-max normalized here).
+        vectors: ``(n, d)`` item embeddings (normalized here).
+        lam: 1 is pure relevance order, 0 pure novelty.
+    """
+    n = len(relevance)
+    if n == 0:
+        return []
+    rel = np.asarray(relevance, dtype=np.float64)
+    span = rel.max() - rel.min()
+    rel = (rel - rel.min()) / span if span > 1e-12 else np.ones(n)
+    v = np.asarray(vectors, dtype=np.float64)
+    v = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
+    picked: list[int] = []
+    max_sim = np.full(n, -math.inf)
+    left = np.ones(n, dtype=bool)
+    while len(picked) < min(k, n):
+        penalty = np.where(np.isfinite(max_sim), max_sim, 0.0)
+        gain = np.where(left, lam * rel - (1 - lam) * penalty, -math.inf)
+        i = int(np.argmax(gain))
+        picked.append(i)
+        left[i] = False
+        max_sim = np.maximum(max_sim, v @ v[i])
+    return picked
