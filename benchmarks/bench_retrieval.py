@@ -1,32 +1,35 @@
-"""Retrieval quality of lexical, vector and hybrid search on the demo archive.
+"""Retrieval quality of every search mode and fusion variant on the frozen question halves.
 
-Builds the default demo archive (or reuses an ingested home), ingests it once, then asks every
-question of a question set (``benchmarks/questions_demo.json``) in the three search modes against
-the same store rows, so the modes are compared on identical data and questions. A hit is a
-returned chunk that contains one of the question's answering messages; the chunk -> message map
-comes from the chunk's first/last message ids and the chat's message order in
-``staging/messages.parquet`` (the order chunking uses), so targets survive chunking changes.
+The questions (``benchmarks/questions/retrieval_{dev,test}.json``) were made by
+``benchmarks/make_questions.py`` (targets picked by seed from the full demo corpus, written by a
+writer who saw only the worksheet, split once into dev and test before any tuning). Tune on
+``--half dev``; the README reports ``--half test`` only.
 
-Reports top-1, top-5 and MRR@10 per mode and per question kind, run_search latency p50/p95 per
-mode (end to end: query embedding, DuckDB search, result assembly), and a sweep of the RRF
-constant for hybrid. Lexical (BM25) is the peer every other number is compared against.
+Every variant runs against the same open store and the same questions, each changing one thing
+from the default (the mode, the fusion method or weight, merging, diversity). A hit is a returned
+passage one of whose chunks contains a target message; the chunk -> message map comes from the
+chunk's first/last message ids and the chat's message order in ``staging/messages.parquet``.
+Routing is on, as for a user (a question that names a contact searches that contact).
 
-    .venv/bin/python benchmarks/bench_retrieval.py [--archive-messages 6000] [--questions FILE]
-        [--model bundled:all-MiniLM-L6-v2|hash] [--home DIR] [-k 10] [--rrf-sweep 10,30,60,100]
+Reports hit@1/5/10 and MRR@10 with bootstrap 95% intervals (questions resampled) per variant
+and per question kind, the share of top-10 slots that repeat a window overlapping an earlier
+hit of the same chat, search latency on the open store (the query embedding timed apart),
+and the relevance floor: the cosine of the best candidate for answerable questions and for the
+same questions with the target's contact filtered out (``--calibrate`` picks the floor on dev).
 
-Writes ``benchmarks/results/retrieval.json`` (``--out`` to change).
+    .venv/bin/python benchmarks/bench_retrieval.py --home ~/.brb-full [--half test|dev] [-k 10]
+
+``--home`` is an ingested home of the full demo archive (``brb demo --messages 0 --home DIR``).
+Writes ``benchmarks/results/retrieval_<half>.json`` (``--out`` to change).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import platform
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
@@ -40,14 +43,13 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from brb_pipeline.settings import DEFAULT_MODEL, Settings  # noqa: E402
+from brb_pipeline.settings import Settings  # noqa: E402
 
 log = logging.getLogger("brb.bench")
 
 MODES = ("lexical", "vector", "hybrid")
-KINDS = ("lexical", "semantic", "multilingual")
-DEFAULT_QUESTIONS = ROOT / "benchmarks" / "questions_demo.json"
-DEFAULT_OUT = ROOT / "benchmarks" / "results" / "retrieval.json"
+KINDS = ("paraphrase", "short", "contact", "exact")
+QUESTIONS_DIR = ROOT / "benchmarks" / "questions"
 CHAT_ORDER = ["contact_id", "chat_id", "ts", "message_id"]  # the order core.chunking windows over
 
 
@@ -61,28 +63,6 @@ def first_relevant_rank(hit_ids: Sequence[str], relevant: Iterable[str]) -> int 
         if cid in rel:
             return i
     return None
-
-
-def summarize_ranks(ranks: Sequence[int | None], *, mrr_at: int = 10) -> dict[str, Any]:
-    """Top-1, top-5 and MRR@``mrr_at`` over one rank per question.
-
-    Args:
-        ranks: 1-based rank of the first relevant hit per question, None for a miss.
-        mrr_at: reciprocal ranks beyond this count as 0.
-
-    Returns:
-        ``{"n", "top1", "top5", "mrr@<mrr_at>", "misses"}``; rates are fractions in [0, 1]
-        (all 0.0 when ``ranks`` is empty).
-    """
-    n = len(ranks)
-    key = f"mrr@{mrr_at}"
-    if n == 0:
-        return {"n": 0, "top1": 0.0, "top5": 0.0, key: 0.0, "misses": 0}
-    top1 = sum(1 for r in ranks if r is not None and r <= 1) / n
-    top5 = sum(1 for r in ranks if r is not None and r <= 5) / n
-    mrr = sum(1.0 / r for r in ranks if r is not None and r <= mrr_at) / n
-    return {"n": n, "top1": round(top1, 4), "top5": round(top5, 4), key: round(mrr, 4),
-            "misses": sum(1 for r in ranks if r is None or r > mrr_at)}
 
 
 def latency_summary(ms: Sequence[float]) -> dict[str, float]:
@@ -180,18 +160,27 @@ def relevant_chunks(members: pl.DataFrame, resolved: Mapping[str, Sequence[tuple
 
 
 def load_questions(path: Path) -> dict[str, Any]:
-    """Read a question set; checks every question has the fields the harness uses."""
+    """Read a question set; checks every question has the fields the harness uses (an id, the
+    question, its kind and at least one target: ``targets`` anchors, or ``chat_id`` +
+    ``message_ids``)."""
     doc = json.loads(Path(path).read_text(encoding="utf-8"))
     qs = doc.get("questions")
     if not isinstance(qs, list) or not qs:
         raise ValueError(f"{path}: no 'questions' list")
     ids = set()
     for q in qs:
-        for f in ("id", "question", "kind", "chat_id", "message_ids"):
+        for f in ("id", "question", "kind"):
             if f not in q:
                 raise ValueError(f"{path}: question {q.get('id', '?')} has no '{f}'")
-        if not q["message_ids"]:
-            raise ValueError(f"{path}: question {q['id']} has no target message")
+        if "targets" in q:
+            if not q["targets"]:
+                raise ValueError(f"{path}: question {q['id']} has no target message")
+        else:
+            for f in ("chat_id", "message_ids"):
+                if f not in q:
+                    raise ValueError(f"{path}: question {q['id']} has no '{f}'")
+            if not q["message_ids"]:
+                raise ValueError(f"{path}: question {q['id']} has no target message")
         if q["id"] in ids:
             raise ValueError(f"{path}: duplicate question id {q['id']}")
         ids.add(q["id"])
@@ -199,33 +188,6 @@ def load_questions(path: Path) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- store
-
-
-def prepare_home(home: Path, *, messages: int, seed: int, model: str, reuse: bool) -> tuple[Settings, dict[str, Any]]:
-    """Build the demo archive and ingest it into ``home`` (or reuse an ingested ``home``).
-
-    Returns:
-        (settings of the home, ``{"reused", "ingest_s", "build_s", "chunks"}``).
-    """
-    from brb_pipeline.core.embedding import load_embedder
-    from brb_pipeline.runner import run_ingest
-
-    info: dict[str, Any] = {"reused": False, "build_s": 0.0, "ingest_s": 0.0}
-    if reuse and (home / "brb.duckdb").exists() and (home / "staging" / "messages.parquet").exists():
-        info["reused"] = True
-        return Settings.load(home), info
-    from brb_pipeline.demo.generate import build_demo_archive
-
-    t = time.perf_counter()
-    archive = build_demo_archive(home / "demo-archive", messages=messages, seed=seed)
-    info["build_s"] = round(time.perf_counter() - t, 2)
-    s = Settings.load(home, chat_db=archive.chat_db, addressbook_dir=archive.addressbook_dir, embedding_model=model)
-    embedder = load_embedder(s)
-    t = time.perf_counter()
-    summary = run_ingest(s, embedder=embedder, analyze=False)
-    info["ingest_s"] = round(time.perf_counter() - t, 2)
-    info["ingest_timings"] = summary.get("timings")
-    return s, info
 
 
 def store_rows(s: Settings) -> tuple[pl.DataFrame, str | None]:
@@ -242,52 +204,146 @@ def store_rows(s: Settings) -> tuple[pl.DataFrame, str | None]:
     return chunks, model
 
 
+# ----------------------------------------------------------------------------- statistics
+
+
+def bootstrap_ci(values: Sequence[float], *, n: int = 1000, seed: int = 0) -> tuple[float, float]:
+    """95% percentile interval of the mean of ``values`` over ``n`` resamples (questions drawn
+    with replacement); ``(0, 0)`` when empty."""
+    if not len(values):
+        return (0.0, 0.0)
+    a = np.asarray(values, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    means = a[rng.integers(0, len(a), size=(n, len(a)))].mean(axis=1)
+    return (round(float(np.percentile(means, 2.5)), 3), round(float(np.percentile(means, 97.5)), 3))
+
+
+def quality(ranks: Sequence[int | None], *, mrr_at: int = 10, boot: int = 1000) -> dict[str, Any]:
+    """hit@1/5/10 and MRR@``mrr_at``, each with a bootstrap 95% interval."""
+    out: dict[str, Any] = {"n": len(ranks)}
+    for name, per_q in (("hit@1", [float(r is not None and r <= 1) for r in ranks]),
+                        ("hit@5", [float(r is not None and r <= 5) for r in ranks]),
+                        ("hit@10", [float(r is not None and r <= 10) for r in ranks]),
+                        (f"mrr@{mrr_at}", [1.0 / r if r is not None and r <= mrr_at else 0.0 for r in ranks])):
+        out[name] = round(float(np.mean(per_q)), 3) if per_q else 0.0
+        out[name + "_ci"] = bootstrap_ci(per_q, n=boot)
+    return out
+
+
+def duplicate_slots(hits: Sequence[Mapping[str, Any]]) -> int:
+    """Hits that overlap (same chat, intersecting time span) a hit ranked above them."""
+    dup = 0
+    for i, h in enumerate(hits):
+        for e in hits[:i]:
+            if (h["chat_id"] == e["chat_id"] and h["start"] and e["start"]
+                    and h["start"] <= e["end"] and e["start"] <= h["end"]):
+                dup += 1
+                break
+    return dup
+
+
+def hit_rank(hits: Sequence[Mapping[str, Any]], relevant: set[str]) -> int | None:
+    """1-based rank of the first hit one of whose chunks is relevant."""
+    for i, h in enumerate(hits, 1):
+        if relevant.intersection(h.get("chunk_ids") or [h["chunk_id"]]):
+            return i
+    return None
+
+
 # ----------------------------------------------------------------------------- evaluation
 
 
-def ask_all(s: Settings, questions: Sequence[Mapping[str, Any]], relevant: Mapping[str, set[str]], *,
-            embedder: Any, mode: str, k: int) -> list[dict[str, Any]]:
-    """Ask every question once in ``mode``; one row per question.
+class CachedEmbedder:
+    """The store's embedder with query vectors kept, so every variant sees the same vectors and
+    the query embedding is timed once, apart from search."""
 
-    Rows hold the first relevant rank, ``latency_ms`` (run_search end to end: store open, query
-    embedding, search, result assembly) and ``search_ms`` (core search on the open store, with
-    the query embedding excluded). Routing is off: questions are compared on retrieval alone.
-    """
-    from brb_pipeline.pipeline.query import run_search
+    def __init__(self, embedder: Any) -> None:
+        self.inner, self.model_id = embedder, embedder.model_id
+        self.cache: dict[str, Any] = {}
+        self.ms: list[float] = []
 
+    def embed_query(self, text: str) -> Any:
+        if text not in self.cache:
+            t = time.perf_counter()
+            self.cache[text] = self.inner.embed_query(text)
+            self.ms.append((time.perf_counter() - t) * 1000)
+        return self.cache[text]
+
+
+def variants(s: Settings) -> list[tuple[str, dict[str, Any]]]:
+    """(name, Searcher.search options): the default and one change each from it."""
+    from brb_pipeline.core.fusion import Fusion
+    from brb_pipeline.pipeline.query import fusion_of
+
+    d = fusion_of(s)
+    rrf = lambda w, sw=None: Fusion("rrf", w, sw, d.rare_df_share, d.rrf_k)  # noqa: E731
+    score = lambda w, sw=None: Fusion("score", w, sw, d.rare_df_share, d.rrf_k)  # noqa: E731
+    out = [("lexical", {"mode": "lexical"}), ("vector", {"mode": "vector"}), ("hybrid (default)", {"mode": "hybrid"}),
+           ("hybrid, no merging", {"mode": "hybrid", "merge": False}),
+           ("vector, no merging", {"mode": "vector", "merge": False}),
+           ("hybrid, diversity 0.7", {"mode": "hybrid", "diversity": 0.7}),
+           ("hybrid rrf w=1 (equal RRF)", {"mode": "hybrid", "fusion": rrf(1.0)})]
+    for w in (0.5, 0.3, 0.2, 0.1):
+        out.append((f"hybrid rrf w={w}", {"mode": "hybrid", "fusion": rrf(w)}))
+    for w, sw in ((0.3, 1.0), (0.2, 1.0), (0.2, 0.6), (0.1, 1.0)):
+        out.append((f"hybrid rrf w={w} specific={sw}", {"mode": "hybrid", "fusion": rrf(w, sw)}))
+    for w in (0.1, 0.2, 0.3, 0.5):
+        out.append((f"hybrid score w={w}", {"mode": "hybrid", "fusion": score(w)}))
+    for w, sw in ((0.2, 0.5), (0.1, 0.5)):
+        out.append((f"hybrid score w={w} specific={sw}", {"mode": "hybrid", "fusion": score(w, sw)}))
+    return out
+
+
+def ask(searcher: Any, questions: Sequence[Mapping[str, Any]], relevant: Mapping[str, set[str]],
+        options: Mapping[str, Any], k: int) -> list[dict[str, Any]]:
+    """One row per question: first relevant rank, duplicate slots, search time, floor fields."""
     rows = []
     for q in questions:
-        res = run_search(s, q["question"], embedder=embedder if mode != "lexical" else None, mode=mode, k=k,
-                         route=False, log=False)
-        ids = [h["chunk_id"] for h in res["hits"]]
-        rows.append({"id": q["id"], "kind": q["kind"], "rank": first_relevant_rank(ids, relevant[q["id"]]),
-                     "latency_ms": res["latency_ms"], "search_ms": float(res["timings_ms"].get("total", 0.0)),
-                     "hits": len(ids)})
+        res = searcher.search(q["question"], k=k, log=False, **options)
+        rows.append({"id": q["id"], "kind": q["kind"], "rank": hit_rank(res["hits"], relevant[q["id"]]),
+                     "dup": duplicate_slots(res["hits"]), "slots": len(res["hits"]),
+                     "search_ms": float(res["timings_ms"].get("total", 0.0)),
+                     "top_similarity": res["top_similarity"], "confident": res["confident"]})
     return rows
 
 
-def mode_report(rows: Sequence[Mapping[str, Any]], k: int) -> dict[str, Any]:
-    """Quality overall and per kind, plus latency, for one mode's rows."""
-    out = {"all": summarize_ranks([r["rank"] for r in rows], mrr_at=k)}
+def report(rows: Sequence[Mapping[str, Any]], k: int, boot: int) -> dict[str, Any]:
+    out = {"all": quality([r["rank"] for r in rows], mrr_at=k, boot=boot)}
     for kind in KINDS:
         sub = [r["rank"] for r in rows if r["kind"] == kind]
         if sub:
-            out[kind] = summarize_ranks(sub, mrr_at=k)
-    out["latency"] = latency_summary([r["latency_ms"] for r in rows])
+            out[kind] = quality(sub, mrr_at=k, boot=boot)
+    slots = sum(r["slots"] for r in rows)
+    out["duplicate_share"] = round(sum(r["dup"] for r in rows) / slots, 4) if slots else 0.0
     out["search_latency"] = latency_summary([r["search_ms"] for r in rows])
     return out
 
 
-def open_store_ms(s: Settings, repeats: int = 5) -> dict[str, float]:
-    """Latency of opening the store read-only (extensions + ATTACH), which run_search pays per call."""
-    from brb_pipeline.core import duck
+def floor_samples(searcher: Any, questions: Sequence[Mapping[str, Any]], target_contact: Mapping[str, str | None],
+                  embedder: CachedEmbedder) -> list[float]:
+    """Best candidate cosine for each question with its target's contact filtered out: what the
+    store offers when the answer is not there."""
+    from brb_pipeline.core.search import search
 
-    ms = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        duck.connect(s.duckdb_path, read_only=True).close()
-        ms.append((time.perf_counter() - t) * 1000)
-    return latency_summary(ms)
+    others = [r.contact_id for r in searcher.refs]
+    out = []
+    for q in questions:
+        tc = target_contact.get(q["id"])
+        keep = [c for c in others if c != tc]
+        res = search(searcher.con, query_text=q["question"], query_vec=embedder.embed_query(q["question"]),
+                     mode="vector", k=10, contact_ids=keep)
+        out.append(res.top_similarity if res.top_similarity is not None else -1.0)
+    return out
+
+
+def calibrate(found: Sequence[float], absent: Sequence[float], max_flagged: float = 0.1) -> float:
+    """The highest floor that flags at most ``max_flagged`` of the answerable-and-found questions
+    (their best cosine below it), rounded down to 0.01."""
+    if not found:
+        return 0.0
+    f = np.sort(np.asarray(found))
+    cut = f[int(np.floor(max_flagged * len(f)))]
+    return float(np.floor(cut * 100) / 100)
 
 
 def _fmt_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -298,139 +354,104 @@ def _fmt_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
+def _ci(q: Mapping[str, Any], key: str) -> str:
+    lo, hi = q[key + "_ci"]
+    return f"{q[key]:.3f} [{lo:.2f}, {hi:.2f}]"
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--archive-messages", type=int, default=6000)
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--questions", type=Path, default=DEFAULT_QUESTIONS)
-    ap.add_argument("--model", default=DEFAULT_MODEL, help="bundled:all-MiniLM-L6-v2 (default) or hash")
-    ap.add_argument("--home", type=Path, default=None,
-                    help="home dir to ingest into, reused as is when it already holds an ingested store")
+    ap.add_argument("--home", type=Path, required=True, help="an ingested home of the full demo archive")
+    ap.add_argument("--half", choices=("dev", "test"), default="test")
+    ap.add_argument("--questions", type=Path, default=None, help="another question file (default: the half)")
     ap.add_argument("-k", type=int, default=10, help="hits per search (MRR@k)")
-    ap.add_argument("--rrf-sweep", default="10,30,60,100", help="RRF constants to try in hybrid mode ('' to skip)")
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--bootstrap", type=int, default=1000)
+    ap.add_argument("--only", default="", help="comma-separated variant names to run (default: all)")
+    ap.add_argument("--calibrate", action="store_true", help="pick the relevance floor (use on dev)")
+    ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    from brb_pipeline.core.embedding import load_embedder
+    from brb_pipeline.pipeline.query import Searcher
 
-    doc = load_questions(args.questions)
+    qpath = args.questions or QUESTIONS_DIR / f"retrieval_{args.half}.json"
+    doc = load_questions(qpath)
     questions = doc["questions"]
-    arch = doc.get("archive", {})
-    if arch and (arch.get("messages"), arch.get("seed")) != (args.archive_messages, args.seed):
-        print(f"warning: {args.questions.name} was written for messages={arch.get('messages')} seed={arch.get('seed')}, "
-              f"the archive here is messages={args.archive_messages} seed={args.seed}", file=sys.stderr)
-    tmp = None
-    home = args.home
-    if home is None:
-        tmp = Path(tempfile.mkdtemp(prefix="brb-bench-retrieval-"))
-        home = tmp
-    try:
-        t0 = time.perf_counter()
-        s, info = prepare_home(home, messages=args.archive_messages, seed=args.seed, model=args.model,
-                               reuse=args.home is not None)
-        from brb_pipeline.core.embedding import load_embedder
+    s = Settings.load(args.home)
+    t0 = time.perf_counter()
+    chunks, stored_model = store_rows(s)
+    messages = pl.read_parquet(s.staging_dir / "messages.parquet")
+    resolved = resolve_targets(questions, messages)
+    unresolved = [qid for qid, pairs in resolved.items() if not pairs]
+    if len(unresolved) == len(questions):
+        raise SystemExit(f"none of the {len(questions)} questions resolves to a message in {args.home}: "
+                         "it does not hold the full demo archive (brb demo --messages 0)")
+    relevant = relevant_chunks(chunk_members(chunks, messages), resolved)
+    contact_of = dict(messages.select("message_id", "contact_id").iter_rows())
+    target_contact = {qid: (contact_of.get(pairs[0][1]) if pairs else None) for qid, pairs in resolved.items()}
+    embedder = CachedEmbedder(load_embedder(s))
+    if stored_model and stored_model != embedder.model_id:
+        raise SystemExit(f"the store in {args.home} was embedded with {stored_model}, not {embedder.model_id}")
+    print(f"store: {chunks.height:,} chunks, {messages.height:,} messages, model {stored_model}; "
+          f"{qpath.name}: {len(questions)} questions ({len(unresolved)} unresolved)")
 
-        chunks, stored_model = store_rows(s)
-        s = dataclasses.replace(s, embedding_model=args.model)
-        embedder = load_embedder(s)
-        if stored_model and stored_model != embedder.model_id:
-            raise SystemExit(f"the store in {home} was embedded with {stored_model}, not {embedder.model_id}")
-        messages = pl.read_parquet(s.staging_dir / "messages.parquet")
-        resolved = resolve_targets(questions, messages)
-        unresolved = [qid for qid, pairs in resolved.items() if not pairs]
-        if len(unresolved) == len(questions):
-            raise SystemExit(f"none of the {len(questions)} questions resolves to a message in {home}: it does not "
-                             f"hold the demo archive {args.questions.name} was written for")
-        members = chunk_members(chunks, messages)
-        relevant = relevant_chunks(members, resolved)
-        unreachable = [qid for qid, rel in relevant.items() if not rel]
-        print(f"store: {chunks.height:,} chunks, {messages.height:,} messages, model {stored_model}; "
-              f"{len(questions)} questions ({len(unresolved)} unresolved, {len(unreachable)} with no chunk)")
-
-        # Warm-up: the first search loads DuckDB extensions and the model; not counted.
-        from brb_pipeline.pipeline.query import run_search
-
-        for mode in MODES:
-            run_search(s, "warm up", embedder=embedder if mode != "lexical" else None, mode=mode, k=args.k,
-                       route=False, log=False)
-
-        open_ms = open_store_ms(s)
-        embed_ms = []
+    wanted = {x.strip() for x in args.only.split(",") if x.strip()}
+    reports: dict[str, Any] = {}
+    per_question: dict[str, list] = {}
+    with Searcher(s, embedder=embedder) as searcher:
+        for mode in ("lexical", "vector", "hybrid"):  # warm-up: extensions, index pages; not counted
+            searcher.search("warm up", mode=mode, log=False)
         for q in questions:
-            t = time.perf_counter()
             embedder.embed_query(q["question"])
-            embed_ms.append((time.perf_counter() - t) * 1000)
-        embed_lat = latency_summary(embed_ms)
-        per_mode = {mode: ask_all(s, questions, relevant, embedder=embedder, mode=mode, k=args.k) for mode in MODES}
-        reports = {mode: mode_report(rows, args.k) for mode, rows in per_mode.items()}
-        sweep: dict[str, Any] = {}
-        for rk in [int(x) for x in args.rrf_sweep.split(",") if x.strip()]:
-            rows = ask_all(dataclasses.replace(s, rrf_k=rk), questions, relevant, embedder=embedder, mode="hybrid",
-                           k=args.k)
-            sweep[str(rk)] = mode_report(rows, args.k)
-        total_s = round(time.perf_counter() - t0, 1)
-    finally:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-
-    mrr_key = f"mrr@{args.k}"
-    base = reports["lexical"]
-    table = []
-    for mode in MODES:
-        r = reports[mode]
-        table.append([mode, r["all"]["top1"], r["all"]["top5"], r["all"][mrr_key],
-                      round(r["all"][mrr_key] / base["all"][mrr_key], 2) if base["all"][mrr_key] else "-",
-                      r["latency"]["p50_ms"], r["latency"]["p95_ms"],
-                      r["search_latency"]["p50_ms"], r["search_latency"]["p95_ms"],
-                      round(r["search_latency"]["p50_ms"] / base["search_latency"]["p50_ms"], 2)
-                      if base["search_latency"]["p50_ms"] else "-"])
-    print(f"\nRetrieval on the demo archive ({args.archive_messages:,} messages, seed {args.seed}), "
-          f"{len(questions)} questions, k={args.k}, model {embedder.model_id}, rrf_k={s.rrf_k}")
-    print(_fmt_table(["mode", "top1", "top5", mrr_key, "mrr/lexical", "e2e p50 ms", "e2e p95 ms", "search p50 ms",
-                      "search p95 ms", "search p50/lexical"], table))
-    print(f"(e2e = run_search end to end; it opens the store on every call: open p50 {open_ms['p50_ms']} ms; "
-          f"query embedding p50 {embed_lat['p50_ms']} ms. search = core search on the open store, embedding excluded)")
-    kind_rows = []
+        for name, options in variants(s):
+            if wanted and name not in wanted:
+                continue
+            rows = ask(searcher, questions, relevant, options, args.k)
+            reports[name] = report(rows, args.k, args.bootstrap)
+            per_question[name] = [r["rank"] for r in rows]
+            if name == "hybrid (default)":
+                default_rows = rows
+        floor: dict[str, Any] = {}
+        if "hybrid (default)" in reports:
+            absent = floor_samples(searcher, questions, target_contact, embedder)
+            found = [r["top_similarity"] for r in default_rows if r["rank"] is not None and r["rank"] <= 5
+                     and r["top_similarity"] is not None]
+            use = calibrate(found, absent) if args.calibrate else s.search_min_similarity
+            floor = {"floor": use, "calibrated_here": args.calibrate,
+                     "found_top5": len(found),
+                     "found_flagged_share": round(sum(x < use for x in found) / len(found), 3) if found else None,
+                     "absent_flagged_share": round(sum(x < use for x in absent) / len(absent), 3) if absent else None,
+                     "found_similarity_p10_p50": [round(float(np.percentile(found, p)), 3) for p in (10, 50)]
+                     if found else None,
+                     "absent_similarity_p50_p90": [round(float(np.percentile(absent, p)), 3) for p in (50, 90)]}
+    total_s = round(time.perf_counter() - t0, 1)
+    embed_lat = latency_summary(embedder.ms)
+    mrr = f"mrr@{args.k}"
+    print(f"\nRetrieval, {qpath.name} ({len(questions)} questions), {chunks.height:,} chunks, k={args.k}, "
+          f"model {embedder.model_id}; 95% bootstrap intervals")
+    print(_fmt_table(["variant", "hit@1", "hit@5", "hit@10", mrr, "dup share", "search p50 ms"],
+                     [[n, r["all"]["hit@1"], _ci(r["all"], "hit@5"), r["all"]["hit@10"], _ci(r["all"], mrr),
+                       r["duplicate_share"], r["search_latency"]["p50_ms"]] for n, r in reports.items()]))
+    print(f"(query embedding p50 {embed_lat['p50_ms']} ms, p95 {embed_lat['p95_ms']} ms, not in search ms)")
     for kind in KINDS:
-        row: list[Any] = [kind, reports["lexical"].get(kind, {}).get("n", 0)]
-        for mode in MODES:
-            row += [reports[mode].get(kind, {}).get("top1", 0.0), reports[mode].get(kind, {}).get(mrr_key, 0.0)]
-        kind_rows.append(row)
-    print("\nPer question kind (top1 / " + mrr_key + "):")
-    print(_fmt_table(["kind", "n"] + [f"{m} {x}" for m in MODES for x in ("top1", "mrr")], kind_rows))
-    if sweep:
-        print("\nHybrid RRF constant sweep:")
-        print(_fmt_table(["rrf_k", "top1", "top5", mrr_key, "search p50 ms"],
-                         [[rk, r["all"]["top1"], r["all"]["top5"], r["all"][mrr_key], r["search_latency"]["p50_ms"]]
-                          for rk, r in sweep.items()]))
-
-    result = {
-        "benchmark": "retrieval",
-        "peer": "lexical (BM25)",
-        "config": {"archive_messages": args.archive_messages, "seed": args.seed, "questions": str(args.questions.name),
-                   "model": embedder.model_id, "k": args.k, "rrf_k": s.rrf_k, "route": False,
-                   "window": s.window, "stride": s.stride, "gap_s": s.conversation_gap_s},
-        "machine": {"python": platform.python_version(), "platform": platform.platform()},
-        "store": {"chunks": chunks.height, "messages": messages.height, "stored_model": stored_model,
-                  "open_store": open_ms, "query_embedding": embed_lat, **info},
-        "questions": {"n": len(questions), "kinds": {k: sum(1 for q in questions if q["kind"] == k) for k in KINDS},
-                      "unresolved": unresolved, "unreachable": unreachable},
-        "modes": reports,
-        "ratios_vs_lexical": {m: {mrr_key: (round(reports[m]["all"][mrr_key] / base["all"][mrr_key], 3)
-                                            if base["all"][mrr_key] else None),
-                                  "e2e_p50_latency": (round(reports[m]["latency"]["p50_ms"] / base["latency"]["p50_ms"], 3)
-                                                      if base["latency"]["p50_ms"] else None),
-                                  "search_p50_latency": (round(reports[m]["search_latency"]["p50_ms"]
-                                                               / base["search_latency"]["p50_ms"], 3)
-                                                         if base["search_latency"]["p50_ms"] else None)}
-                              for m in MODES},
-        "rrf_sweep": sweep,
-        "per_question": [{"id": q["id"], "kind": q["kind"], **{m: per_mode[m][i]["rank"] for m in MODES}}
-                         for i, q in enumerate(questions)],
-        "seconds": total_s,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2, ensure_ascii=False))
-    print(f"\nwrote {args.out} ({total_s} s)")
+        print(f"\n{kind}:")
+        print(_fmt_table(["variant", "n", "hit@1", "hit@5", "hit@10", mrr],
+                         [[n, r[kind]["n"], r[kind]["hit@1"], _ci(r[kind], "hit@5"), r[kind]["hit@10"],
+                           _ci(r[kind], mrr)] for n, r in reports.items() if kind in r]))
+    if floor:
+        print(f"\nrelevance floor {floor['floor']}: flags {floor['found_flagged_share']} of the {floor['found_top5']} "
+              f"questions answered in the top 5, and {floor['absent_flagged_share']} of the same questions with "
+              f"the target's contact filtered out")
+    result = {"benchmark": "retrieval", "questions": qpath.name, "half": doc.get("half"), "n": len(questions),
+              "unresolved": unresolved, "k": args.k, "model": embedder.model_id,
+              "store": {"chunks": chunks.height, "messages": messages.height},
+              "machine": {"python": platform.python_version(), "platform": platform.platform()},
+              "query_embedding": embed_lat, "variants": reports, "floor": floor, "per_question": per_question,
+              "seconds": total_s}
+    out = args.out or ROOT / "benchmarks" / "results" / f"retrieval_{args.half}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1, ensure_ascii=False))
+    print(f"\nwrote {out} ({total_s} s)")
     return result
 
 

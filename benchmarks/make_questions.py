@@ -75,12 +75,14 @@ def stop_words() -> frozenset[str]:
 
 
 def stem(word: str) -> str:
-    """A crude stem: lowercase, one common suffix off (only when 3+ letters remain)."""
+    """A crude stem: lowercase, one common suffix off (only when 3+ letters remain), then a final
+    ``e`` (so love/loving/loved and movie/movies meet)."""
     w = word.lower()
     for suf in _SUFFIXES:
         if w.endswith(suf) and len(w) - len(suf) >= 3:
-            return w[: -len(suf)]
-    return w
+            w = w[: -len(suf)]
+            break
+    return w[:-1] if w.endswith("e") and len(w) > 3 else w
 
 
 def content_stems(text: str, stops: frozenset[str]) -> set[str]:

@@ -306,11 +306,14 @@ def _parse_date(value: str | None, name: str):
 @click.option("-k", "k", type=click.IntRange(1, 200), default=10, show_default=True, help="Results to return.")
 @click.option("--channel", type=click.Choice(["imessage", "whatsapp"]), default=None)
 @click.option("--context", is_flag=True, help="Include the neighbouring chunks of each hit.")
+@click.option("--diversity", type=click.FloatRange(0.0, 1.0, min_open=True), default=None, is_flag=False,
+              flag_value=0.7, help="Spread hits over different passages (MMR; 1 = relevance only). Alone: 0.7.")
 @click.option("--no-route", is_flag=True, help="Do not turn a contact named in the query into a filter.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @home_opt
-def search(query, contacts, since, until, mode, k, channel, context, no_route, as_json, home):
-    """Hybrid (BM25 + vector, fused by RRF) search over your conversations.
+def search(query, contacts, since, until, mode, k, channel, context, diversity, no_route, as_json, home):
+    """Hybrid (vector + BM25, fused) search over your conversations; overlapping windows of one
+    conversation come back as one passage.
 
     QUERY "-" keeps the store open and answers one query per stdin line, printing one JSON
     object per line (an error object for a query that fails); the options apply to every query.
@@ -324,7 +327,8 @@ def search(query, contacts, since, until, mode, k, channel, context, no_route, a
 
         embedder = load_embedder(s)
     options = dict(mode=mode, k=k, contacts=list(contacts) or None, since=_parse_date(since, "--since"),
-                   until=_parse_date(until, "--until"), channel=channel, route=not no_route, context=context)
+                   until=_parse_date(until, "--until"), channel=channel, route=not no_route, context=context,
+                   diversity=diversity)
     if query == "-":
         with Searcher(s, embedder=embedder) as searcher:
             _search_lines(searcher, options)
@@ -341,6 +345,8 @@ def search(query, contacts, since, until, mode, k, channel, context, no_route, a
         click.echo(h["text"])
     if not out["hits"]:
         click.echo("no results")
+    elif out.get("confident") is False:
+        click.echo("\n(no close match: these are the nearest passages)")
     click.echo(f"\n{len(out['hits'])} results in {out['latency_ms']:.0f} ms ({out['mode']})", err=True)
 
 

@@ -57,6 +57,12 @@ class Settings:
     hnsw_ef_construction: int = 128
     hnsw_ef_search: int = 64
     rrf_k: int = 60
+    # Hybrid fusion and the relevance floor (core/fusion.py), chosen on the dev half of
+    # benchmarks/questions/ with benchmarks/bench_retrieval.py (its results hold every variant).
+    search_fusion: str = "rrf"  # "rrf" (weighted) | "score" (min-max convex combination)
+    search_lexical_weight: float = 1.0
+    search_specific_lexical_weight: float = 1.0  # for a query with a rare, numeric or quoted term
+    search_min_similarity: float = 0.0  # below it (best candidate's cosine), "confident": false; 0 = off
     # Insights.
     pca_dim: int = 50
     umap_neighbors: int = 15

@@ -1,5 +1,6 @@
-"""The retrieval harness (benchmarks/bench_retrieval.py): its scoring, its chunk -> message map,
-and the shipped question set against the default demo archive it was written for."""
+"""The retrieval harness (benchmarks/bench_retrieval.py) and the question maker
+(benchmarks/make_questions.py): scoring with intervals, the chunk -> message map, the rules the
+frozen questions keep, and the frozen halves against the full demo archive they were made on."""
 
 from __future__ import annotations
 
@@ -17,18 +18,19 @@ from brb_pipeline_tests.frames import message_frame
 from brb_pipeline_tests.conftest import T0
 
 ROOT = Path(__file__).resolve().parents[1]
-QUESTIONS = ROOT / "benchmarks" / "questions_demo.json"
+QDIR = ROOT / "benchmarks" / "questions"
 
 
-def _load_bench():
-    spec = importlib.util.spec_from_file_location("bench_retrieval", ROOT / "benchmarks" / "bench_retrieval.py")
+def _load(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_retrieval"] = mod
+    sys.modules[name] = mod
     spec.loader.exec_module(mod)
     return mod
 
 
-B = _load_bench()
+B = _load("bench_retrieval")
+M = _load("make_questions")
 
 
 # ----------------------------------------------------------------------------- scoring
@@ -49,23 +51,50 @@ def test_first_relevant_rank(hits, relevant, expected):
 
 
 @pytest.mark.parametrize(
-    ("ranks", "top1", "top5", "mrr", "misses"),
+    ("ranks", "h1", "h5", "h10", "mrr"),
     [
-        ([1, 1, 1, 1], 1.0, 1.0, 1.0, 0),  # perfect
-        ([None, None], 0.0, 0.0, 0.0, 2),  # all missed
-        ([1, 2, None, 4], 0.25, 0.75, (1 + 0.5 + 0.25) / 4, 1),  # mixed, a miss counts as 0
-        ([5, 6], 0.0, 0.5, (0.2 + 1 / 6) / 2, 0),  # rank 5 is in top-5, rank 6 is not
-        ([11, 3], 0.0, 0.5, (1 / 3) / 2, 1),  # beyond @10 contributes nothing and is a miss
-        ([], 0.0, 0.0, 0.0, 0),  # no questions: zeros, not a division error
+        ([1, 1, 1, 1], 1.0, 1.0, 1.0, 1.0),  # perfect
+        ([None, None], 0.0, 0.0, 0.0, 0.0),  # all missed
+        ([1, 2, None, 4], 0.25, 0.75, 0.75, (1 + 0.5 + 0.25) / 4),  # a miss counts as 0
+        ([5, 6], 0.0, 0.5, 1.0, (0.2 + 1 / 6) / 2),  # rank 5 is in the top 5, rank 6 is not
+        ([11, 3], 0.0, 0.5, 0.5, (1 / 3) / 2),  # beyond @10 contributes nothing
+        ([], 0.0, 0.0, 0.0, 0.0),  # no questions: zeros, not a division error
     ],
 )
-def test_summarize_ranks(ranks, top1, top5, mrr, misses):
-    s = B.summarize_ranks(ranks, mrr_at=10)
+def test_quality(ranks, h1, h5, h10, mrr):
+    s = B.quality(ranks, mrr_at=10, boot=200)
     assert s["n"] == len(ranks)
-    assert s["top1"] == pytest.approx(top1, abs=1e-4)
-    assert s["top5"] == pytest.approx(top5, abs=1e-4)
-    assert s["mrr@10"] == pytest.approx(mrr, abs=1e-4)
-    assert s["misses"] == misses
+    assert (s["hit@1"], s["hit@5"], s["hit@10"]) == pytest.approx((h1, h5, h10), abs=1e-3)
+    assert s["mrr@10"] == pytest.approx(mrr, abs=1e-3)
+    for key in ("hit@1", "hit@5", "mrr@10"):
+        lo, hi = s[key + "_ci"]
+        assert lo <= s[key] + 1e-9 and s[key] <= hi + 1e-9
+
+
+def test_bootstrap_interval_narrows_with_more_questions():
+    few = B.bootstrap_ci([1.0, 0.0] * 10, n=500)
+    many = B.bootstrap_ci([1.0, 0.0] * 500, n=500)
+    assert few[0] < many[0] <= 0.5 <= many[1] < few[1]
+    assert B.bootstrap_ci([1.0] * 5) == (1.0, 1.0)
+    assert B.bootstrap_ci([]) == (0.0, 0.0)
+
+
+def test_duplicate_slots_and_hit_rank_use_every_merged_chunk():
+    hits = [{"chunk_id": "a", "chunk_ids": ["a", "b"], "chat_id": "c1", "start": "2018-01-01T10:00", "end": "2018-01-01T11:00"},
+            {"chunk_id": "x", "chat_id": "c2", "start": "2018-01-01T10:00", "end": "2018-01-01T11:00"},
+            {"chunk_id": "y", "chat_id": "c1", "start": "2018-01-01T10:30", "end": "2018-01-01T12:00"},
+            {"chunk_id": "z", "chat_id": "c1", "start": "2018-01-02T10:30", "end": "2018-01-02T12:00"}]
+    assert B.duplicate_slots(hits) == 1  # y overlaps the first hit of its chat; x is another chat
+    assert B.hit_rank(hits, {"b"}) == 1  # a merged member counts
+    assert B.hit_rank(hits, {"z"}) == 4
+    assert B.hit_rank(hits, {"q"}) is None
+
+
+def test_calibrate_flags_at_most_the_share_asked():
+    found = [0.30 + 0.01 * i for i in range(50)]
+    floor = B.calibrate(found, [0.2, 0.3])
+    assert sum(x < floor for x in found) / len(found) <= 0.1
+    assert B.calibrate([], [0.5]) == 0.0
 
 
 def test_latency_summary():
@@ -180,10 +209,10 @@ def test_chunk_members_rejects_store_from_another_ingest():
     ("doc", "message"),
     [
         ({}, "no 'questions' list"),
-        ({"questions": [{"id": "q1", "question": "x", "kind": "lexical", "chat_id": "c"}]}, "has no 'message_ids'"),
-        ({"questions": [{"id": "q1", "question": "x", "kind": "lexical", "chat_id": "c", "message_ids": []}]},
-         "no target message"),
-        ({"questions": [{"id": "q1", "question": "x", "kind": "lexical", "chat_id": "c", "message_ids": ["m"]}] * 2},
+        ({"questions": [{"id": "q1", "question": "x", "kind": "short", "chat_id": "c"}]}, "has no 'message_ids'"),
+        ({"questions": [{"id": "q1", "question": "x", "kind": "short", "targets": []}]}, "no target message"),
+        ({"questions": [{"id": "q1", "kind": "short", "targets": [{"ts": "x", "text": "y"}]}]}, "has no 'question'"),
+        ({"questions": [{"id": "q1", "question": "x", "kind": "short", "chat_id": "c", "message_ids": ["m"]}] * 2},
          "duplicate question id q1"),
     ],
 )
@@ -201,60 +230,79 @@ def test_load_questions_rejects_non_json(tmp_path):
         B.load_questions(p)
 
 
-@pytest.fixture(scope="module")
-def demo_default(tmp_path_factory):
-    """The default-size demo archive (the one the shipped questions were written for), read back."""
+def _item(kind, target, **extra):
+    return {"id": "q1", "kind": kind, "target": {"ts": "2018-01-01T00:00:00+00:00", "text": target}, **extra}
+
+
+@pytest.mark.parametrize(
+    ("item", "question", "why"),
+    [
+        (_item("paraphrase", "We watched a scary film marathon all night"), "that horror movie night we stayed up", None),
+        (_item("paraphrase", "We watched a scary film marathon all night"), "the scary films we watched", "shares 3"),
+        (_item("paraphrase", "I love my dogs so much"), "how much I adore my dog", None),  # one shared (dog/dogs)
+        (_item("paraphrase", "I love my dogs"), "loving dogs", "shares 2"),  # love/loving and dogs/dog are the same
+        (_item("short", "We watched a scary film marathon all night"), "horror movie night", None),
+        (_item("short", "We watched a scary film marathon all night"), "that horror movie night we had", "6 words"),
+        (_item("contact", "The dentist moved my appointment", contact="Alex King"), "what did Alex say about the clinic", None),
+        (_item("contact", "The dentist moved my appointment", contact="Alex King"), "the clinic visit", "not named"),
+        (_item("exact", "a Kabalevsky piece on piano", token="Kabalevsky"), "the kabalevsky thing", None),
+        (_item("exact", "a Kabalevsky piece on piano", token="Kabalevsky"), "that composer", "missing"),
+        (_item("short", "anything"), "  ", "empty"),
+    ],
+)
+def test_question_rules(item, question, why):
+    got = M.check(item, question, M.stop_words())
+    assert (got is None) if why is None else (why in got), got
+
+
+def test_split_is_stratified_deterministic_and_disjoint():
+    items = [{"id": f"q{i:03d}", "kind": M.KINDS[i % 4]} for i in range(41)]
+    dev, test = M.split(items, seed=3)
+    assert M.split(items, seed=3) == (dev, test)
+    assert {x["id"] for x in dev}.isdisjoint({x["id"] for x in test})
+    assert len(dev) + len(test) == 41
+    for kind in M.KINDS:
+        d, t = (sum(x["kind"] == kind for x in half) for half in (dev, test))
+        assert abs(d - t) <= 1
+
+
+def _halves():
+    return [B.load_questions(QDIR / f"retrieval_{h}.json") for h in ("dev", "test")]
+
+
+def test_frozen_halves_keep_their_rules_and_match_the_worksheet():
+    dev, test = _halves()
+    ws = json.loads((QDIR / "worksheet.json").read_text(encoding="utf-8"))
+    items = {x["id"]: x for x in ws["items"]}
+    stops = M.stop_words()
+    ids = [q["id"] for q in dev["questions"] + test["questions"]]
+    assert len(ids) == len(set(ids)) >= 150  # disjoint halves, enough questions
+    for doc in (dev, test):
+        assert {q["kind"] for q in doc["questions"]} == set(M.KINDS)
+        assert doc["how_made"] and doc["rules"] == ws["rules"]
+        for q in doc["questions"]:
+            item = items[q["id"]]
+            assert q["kind"] == item["kind"]
+            assert M.check(item, q["question"], stops) is None, q["id"]
+            assert q["targets"][0]["text"] == item["target"]["text"][:60]
+    # Re-freezing the shipped answers reproduces the halves exactly (the split is by seed).
+    answers = {}
+    for line in (QDIR / "answers.jsonl").read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        answers[row["id"]] = row["question"]
+    again = M.freeze(ws, answers, dev["split_seed"])
+    assert again["dev"] == dev["questions"] and again["test"] == test["questions"]
+
+
+def test_frozen_targets_resolve_in_the_full_demo_archive(tmp_path):
+    """Every target anchor lands on exactly one message of the archive the set was made on: the
+    generator or the corpus changing under the set fails here instead of scoring silently."""
     from brb_pipeline.demo.generate import build_demo_archive
-    from brb_pipeline.sources.addressbook import read_addressbook
     from brb_pipeline.sources.imessage import read_imessage
 
-    doc = B.load_questions(QUESTIONS)
-    arch = doc["archive"]
-    archive = build_demo_archive(tmp_path_factory.mktemp("demo") / "archive", messages=arch["messages"],
-                                 seed=arch["seed"])
-    read = read_imessage(archive.chat_db)
-    people = read_addressbook(archive.addressbook_dir).people
-    return doc, read, people
-
-
-def test_shipped_questions_resolve_in_the_default_demo_archive(demo_default):
-    doc, read, _ = demo_default
-    questions = doc["questions"]
-    assert 40 <= len(questions) <= 60
-    resolved = B.resolve_targets(questions, read.messages)
-    # Every target anchor lands on exactly the message the question names, in its chat: the
-    # generator or the corpus changing under the set fails here rather than scoring silently.
-    for q in questions:
-        assert resolved[q["id"]] == [(q["chat_id"], m) for m in q["message_ids"]], q["id"]
-    text = {m: t for m, t in read.messages.select("message_id", "text").iter_rows()}
-    for q in questions:
-        for mid in q["message_ids"]:
-            # A paraphrase, not a copy of the answer.
-            assert q["question"].strip().lower() != (text[mid] or "").strip().lower(), q["id"]
-
-
-def test_shipped_questions_are_well_formed(demo_default):
-    doc, _, _ = demo_default
-    questions = doc["questions"]
-    assert {q["kind"] for q in questions} == set(B.KINDS)
-    assert all(doc["kinds"][k] == sum(q["kind"] == k for q in questions) for k in B.KINDS)
-    assert len({q["id"] for q in questions}) == len(questions)
-    assert len({q["question"] for q in questions}) == len(questions)
-    langs = {q["lang"] for q in questions if q["kind"] == "multilingual"}
-    assert {"tr", "ar"} <= langs
-    assert all(q["lang"] == "en" for q in questions if q["kind"] != "multilingual")
-    assert doc["how_made"] and doc["hit_rule"]
-
-
-def test_shipped_questions_name_no_contact(demo_default):
-    """No question routes to a contact: none names one (display names come from the demo AddressBook)."""
-    from brb_pipeline.core.contacts import resolve_contacts
-    from brb_pipeline.core.routing import ContactRef, route_query
-
-    doc, read, people = demo_default
-    res = resolve_contacts(read.messages, read.chats, people)
-    refs = [ContactRef(r["contact_id"], r["display_name"], tuple(r.get("handles") or []))
-            for r in res.contacts.iter_rows(named=True)]
-    assert len(refs) > 50  # the check is against the real contact list, not an empty one
-    routed = {q["id"]: route_query(q["question"], refs).matched for q in doc["questions"]}
-    assert {qid: m for qid, m in routed.items() if m} == {}
+    dev, test = _halves()
+    archive = build_demo_archive(tmp_path / "archive", messages=None, seed=dev["archive"]["seed"])
+    msgs = read_imessage(archive.chat_db).messages
+    questions = dev["questions"] + test["questions"]
+    resolved = B.resolve_targets(questions, msgs)
+    assert {qid: len(p) for qid, p in resolved.items() if len(p) != 1} == {}

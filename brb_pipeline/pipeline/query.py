@@ -20,10 +20,17 @@ from typing import Any
 from brb_pipeline.core import duck, metadata
 from brb_pipeline.core.contacts_lookup import find_contacts
 from brb_pipeline.core.errors import StoreError
+from brb_pipeline.core.fusion import Fusion
 from brb_pipeline.core.routing import ContactRef, route_query
 from brb_pipeline.core.search import neighbours, search
 from brb_pipeline.core.searchlog import log_search
 from brb_pipeline.settings import Settings
+
+
+def fusion_of(s: Settings) -> Fusion:
+    """The hybrid fusion the settings describe."""
+    return Fusion(method=s.search_fusion, lexical_weight=s.search_lexical_weight,
+                  specific_lexical_weight=s.search_specific_lexical_weight, rrf_k=s.rrf_k)
 
 
 def contact_refs(s: Settings) -> list[ContactRef]:
@@ -87,6 +94,9 @@ class Searcher:
         channel: str | None = None,
         route: bool = True,
         context: bool = False,
+        fusion: Fusion | None = None,
+        merge: bool = True,
+        diversity: float | None = None,
         log: bool = True,
         started: float | None = None,
     ) -> dict[str, Any]:
@@ -96,6 +106,9 @@ class Searcher:
             contacts: names or handles to filter on (resolved against brb.db).
             route: turn a contact named in the question into a filter and search the rest.
             context: include the neighbouring chunks (position ±1) of each hit.
+            fusion: hybrid fusion (default: the settings' ``search_*`` values).
+            merge: fold overlapping windows of one conversation into one hit.
+            diversity: MMR trade-off (0, 1] across conversations; None: off.
             log: append the search to the local search log.
             started: ``time.perf_counter()`` when the caller's clock started (``latency_ms``
                 counts from it; default: now).
@@ -111,9 +124,10 @@ class Searcher:
                 text, contact_ids = routed.query, list(routed.contact_ids)
                 routing = {"matched": list(routed.matched), "contact_ids": contact_ids, "query": text}
         vec = self._query_vector(text, mode)
-        res = search(self.con, query_text=text, query_vec=vec, mode=mode, k=k, rrf_k=s.rrf_k,
+        res = search(self.con, query_text=text, query_vec=vec, mode=mode, k=k, fusion=fusion or fusion_of(s),
                      contact_ids=contact_ids or None, channel=channel, since=since, until=until,
-                     ef_search=s.hnsw_ef_search)
+                     ef_search=s.hnsw_ef_search, merge=merge, diversity=diversity,
+                     min_similarity=s.search_min_similarity or None)
         hits = [self._hit(h, context) for h in res.hits]
         latency_ms = round((time.perf_counter() - t0) * 1000, 2)
         if log:
@@ -123,11 +137,12 @@ class Searcher:
             "contact_ids": contact_ids, "since": since.isoformat() if since else None,
             "until": until.isoformat() if until else None, "channel": channel},
             "model": self.stored_model, "vector_strategy": res.vector_strategy, "latency_ms": latency_ms,
-            "timings_ms": res.timings_ms, "hits": hits}
+            "timings_ms": res.timings_ms, "confident": res.confident, "top_similarity": res.top_similarity,
+            "specific": res.specific, "merged": res.merged, "hits": hits}
 
     def _hit(self, h: Any, context: bool) -> dict[str, Any]:
         item = {
-            "chunk_id": h.chunk_id, "contact_id": h.contact_id, "contact": self._names.get(h.contact_id, h.contact_id),
+            "chunk_id": h.chunk_id, "chunk_ids": h.chunk_ids or [h.chunk_id], "contact_id": h.contact_id, "contact": self._names.get(h.contact_id, h.contact_id),
             "chat_id": h.chat_id, "channel": h.channel,
             "start": h.start_ts.isoformat() if h.start_ts else None,
             "end": h.end_ts.isoformat() if h.end_ts else None,
