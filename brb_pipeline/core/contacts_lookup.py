@@ -16,8 +16,7 @@ def find_contacts(db: Path, names: list[str], *, default_region: str = "US") -> 
     Matching order per name: contact id, handle (normalized), whole display name, then a
     display name containing it as a word prefix ("Ayşe" finds "Ayşe Yılmaz") if unique.
     """
-    contacts = metadata.read_contacts(db)
-    rows = list(contacts.iter_rows(named=True))
+    rows = metadata.contact_rows(db)
     out: list[str] = []
     for name in names:
         q = name.strip()

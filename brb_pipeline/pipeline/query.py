@@ -14,6 +14,8 @@ closed.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 from datetime import datetime
 from typing import Any
 
@@ -33,10 +35,14 @@ def fusion_of(s: Settings) -> Fusion:
                   specific_lexical_weight=s.search_specific_lexical_weight, rrf_k=s.rrf_k)
 
 
+def _require_store(s: Settings) -> None:
+    if not s.brb_db.exists() or not s.duckdb_path.exists():
+        raise StoreError(f"no search store in {s.home}: run `brb ingest` (or `brb demo`) first")
+
+
 def contact_refs(s: Settings) -> list[ContactRef]:
-    contacts = metadata.read_contacts(s.brb_db)
     return [ContactRef(r["contact_id"], r["display_name"], tuple(r.get("handles") or []))
-            for r in contacts.iter_rows(named=True)]
+            for r in metadata.contact_rows(s.brb_db)]
 
 
 class Searcher:
@@ -50,8 +56,7 @@ class Searcher:
     """
 
     def __init__(self, s: Settings, *, embedder: Any | None) -> None:
-        if not s.brb_db.exists() or not s.duckdb_path.exists():
-            raise StoreError(f"no search store in {s.home}: run `brb ingest` (or `brb demo`) first")
+        _require_store(s)
         self.settings = s
         self.embedder = embedder
         self.refs = contact_refs(s)  # routing and hit names
@@ -62,6 +67,30 @@ class Searcher:
         except BaseException:
             self.con.close()
             raise
+
+    @classmethod
+    def open(cls, s: Settings, *, mode: str = "hybrid", load: Callable[[Settings], Any] | None = None) -> Searcher:
+        """A Searcher with the model the mode needs, the store opening in a worker thread while
+        the model loads here (MLX streams belong to the thread that made them): each takes
+        ~0.1-0.3 s (the vss/fts extensions; the weights) and both release the GIL, so a one-shot
+        search pays about the slower of the two instead of their sum."""
+        _require_store(s)
+        if mode == "lexical":
+            return cls(s, embedder=None)
+        if load is None:
+            from brb_pipeline.core.embedding import load_embedder as load
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="brb-store") as pool:
+            store = pool.submit(cls, s, embedder=None)
+            try:
+                embedder = load(s)
+            except BaseException:
+                wait([store])
+                if store.exception() is None:
+                    store.result().close()
+                raise
+            searcher = store.result()
+        searcher.embedder = embedder
+        return searcher
 
     def close(self) -> None:
         self.con.close()
@@ -123,11 +152,14 @@ class Searcher:
             if routed.contact_ids and routed.query.strip():
                 text, contact_ids = routed.query, list(routed.contact_ids)
                 routing = {"matched": list(routed.matched), "contact_ids": contact_ids, "query": text}
+        t_embed = time.perf_counter()
         vec = self._query_vector(text, mode)
+        embed_ms = (time.perf_counter() - t_embed) * 1000
         res = search(self.con, query_text=text, query_vec=vec, mode=mode, k=k, fusion=fusion or fusion_of(s),
                      contact_ids=contact_ids or None, channel=channel, since=since, until=until,
                      ef_search=s.hnsw_ef_search, merge=merge, diversity=diversity,
                      min_similarity=s.search_min_similarity or None)
+        res.timings_ms["embed"] = embed_ms  # the query embedding, apart from search's own total
         hits = [self._hit(h, context) for h in res.hits]
         latency_ms = round((time.perf_counter() - t0) * 1000, 2)
         if log:
@@ -150,9 +182,12 @@ class Searcher:
                        "lexical_rank": h.lexical_rank, "fused": h.score},
             "text": h.content,
         }
-        if context:
+        if context:  # the chunks just before and after the passage (a merged one spans several)
+            members = set(item["chunk_ids"])
+            around = {n.chunk_id: n for c in item["chunk_ids"] for n in neighbours(self.con, c, span=1)
+                      if n.chunk_id not in members}
             item["context"] = [{"chunk_id": n.chunk_id, "position": n.position, "text": n.content}
-                               for n in neighbours(self.con, h.chunk_id, span=1) if n.chunk_id != h.chunk_id]
+                               for n in sorted(around.values(), key=lambda n: (n.position, n.chunk_id))]
         return item
 
 
@@ -161,4 +196,12 @@ def run_search(s: Settings, query: str, *, embedder: Any | None, **options: Any)
     includes the open. Options as :meth:`Searcher.search`."""
     started = time.perf_counter()
     with Searcher(s, embedder=embedder) as searcher:
+        return searcher.search(query, started=started, **options)
+
+
+def run_search_cold(s: Settings, query: str, **options: Any) -> dict[str, Any]:
+    """One search from nothing loaded (``brb search "QUERY"``): the model loads while the store
+    opens; ``latency_ms`` counts from the start of both."""
+    started = time.perf_counter()
+    with Searcher.open(s, mode=options.get("mode", "hybrid")) as searcher:
         return searcher.search(query, started=started, **options)
