@@ -287,6 +287,9 @@ def variants(s: Settings) -> list[tuple[str, dict[str, Any]]]:
         out.append((f"hybrid rrf w={w}", {"mode": "hybrid", "fusion": rrf(w)}))
     for w, sw in ((0.3, 1.0), (0.2, 1.0), (0.2, 0.6), (0.1, 1.0)):
         out.append((f"hybrid rrf w={w} specific={sw}", {"mode": "hybrid", "fusion": rrf(w, sw)}))
+    for share in (0.0005, 0.005):
+        f = Fusion("rrf", 0.2, 1.0, share, d.rrf_k)
+        out.append((f"hybrid rrf w=0.2 specific=1.0 rare<={share}", {"mode": "hybrid", "fusion": f}))
     for w in (0.1, 0.2, 0.3, 0.5):
         out.append((f"hybrid score w={w}", {"mode": "hybrid", "fusion": score(w)}))
     for w, sw in ((0.2, 0.5), (0.1, 0.5)):

@@ -279,3 +279,26 @@ def test_unknown_bucket_and_orphans_counted(ingested):
     contacts = metadata.read_contacts(s.brb_db)
     if archive.counts.get("orphans", 0):
         assert UNKNOWN_CONTACT_ID in contacts["contact_id"].to_list()
+
+
+def test_search_passages_are_distinct_with_context_outside_them(ingested):
+    """Through the real store of an ingest: no two hits share a window's messages, each hit
+    lists its merged chunks, --context adds only chunks outside the passage, and a filter still
+    applies before top-k."""
+    s, *_ = ingested
+    emb = HashEmbedder(dim=64)
+    out = run_search(s, "movies", embedder=emb, k=10, context=True)
+    hits = out["hits"]
+    assert len(hits) == 10
+    for i, h in enumerate(hits):
+        assert h["chunk_id"] == h["chunk_ids"][0]
+        assert not set(c["chunk_id"] for c in h["context"]) & set(h["chunk_ids"])
+        for e in hits[:i]:
+            overlap = h["chat_id"] == e["chat_id"] and h["start"] <= e["end"] and e["start"] <= h["end"]
+            assert not overlap, (h["chunk_ids"], e["chunk_ids"])
+    unmerged = run_search(s, "movies", embedder=emb, k=10, merge=False)
+    assert all(len(h["chunk_ids"]) == 1 for h in unmerged["hits"])
+    assert out["merged"] >= 0 and "confident" in out and "top_similarity" in out
+    top = metadata.read_contacts(s.brb_db).sort("rank").row(0, named=True)
+    only = run_search(s, "movies", embedder=emb, k=10, contacts=[top["contact_id"]])
+    assert only["hits"] and {h["contact_id"] for h in only["hits"]} == {top["contact_id"]}

@@ -306,3 +306,29 @@ def test_frozen_targets_resolve_in_the_full_demo_archive(tmp_path):
     questions = dev["questions"] + test["questions"]
     resolved = B.resolve_targets(questions, msgs)
     assert {qid: len(p) for qid, p in resolved.items() if len(p) != 1} == {}
+
+
+# ----------------------------------------------------------------------------- parent-child
+
+
+P = _load("bench_parent_child")
+
+
+def test_children_map_back_to_the_parent_holding_their_middle_message():
+    msgs, chunks = _chunked()
+    members = B.chunk_members(chunks, msgs)
+    texts, middles, contacts = P.child_units(msgs, {}, 3, 2, 6 * 3600)
+    # chat a: 14 messages -> [0,3) [2,5) ... [10,13) [11,14) = 7, then 3 -> 1; chat b: 5 -> 2
+    assert len(texts) == 10 and len(middles) == 10
+    assert all(t.startswith("Conversation with ") and len(t.splitlines()) == 4 for t in texts)
+    holders = members.group_by("message_id").agg(pl.col("chunk_id"))
+    held = dict(zip(holders["message_id"], holders["chunk_id"], strict=True))
+    assert all(m in held for m in middles)  # every child's middle message is in some parent chunk
+    info = {c: (ch, cv, st, en) for c, ch, cv, st, en in chunks.select(
+        "chunk_id", "chat_id", "conversation", "start_ts", "end_ts").iter_rows()}
+    a = chunks.filter(pl.col("chat_id") == "imessage:a").sort("position")["chunk_id"].to_list()
+    b = chunks.filter(pl.col("chat_id") == "imessage:b")["chunk_id"].to_list()
+    # Overlapping parents of one conversation count as one passage; the other chat is next.
+    assert P._merge_rank([a[0], a[1], b[0]], info, {b[0]}, k=10) == 2
+    assert P._merge_rank([a[0], a[3], b[0]], info, {a[3]}, k=10) == 2  # another conversation of chat a
+    assert P._merge_rank([a[0], b[0]], info, {b[0]}, k=1) is None  # cut at k passages
