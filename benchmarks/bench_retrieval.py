@@ -107,10 +107,11 @@ def chunk_members(chunks: pl.DataFrame, messages: pl.DataFrame) -> pl.DataFrame:
     if missing:
         raise ValueError(f"{missing} chunks start or end at a message missing from the staged messages: "
                          "store and staging are from different ingests")
-    return (c.select("chunk_id", "contact_id", "chat_id", "lo", "hi")
-             .join(keyed, on=["contact_id", "chat_id"], how="inner")
-             .filter((pl.col("pos") >= pl.col("lo")) & (pl.col("pos") <= pl.col("hi")))
-             .select("chunk_id", "chat_id", "message_id"))
+    # Each chunk's positions lo..hi, exploded: rows = the chunks' total length, not chunks x chat.
+    spans = (c.select("chunk_id", "contact_id", "chat_id", pl.int_ranges("lo", pl.col("hi") + 1).alias("pos"))
+              .explode("pos").with_columns(pl.col("pos").cast(keyed.schema["pos"])))
+    return (spans.join(keyed, on=["contact_id", "chat_id", "pos"], how="inner")
+                 .select("chunk_id", "chat_id", "message_id"))
 
 
 def resolve_targets(questions: Sequence[Mapping[str, Any]], messages: pl.DataFrame) -> dict[str, list[tuple[str, str]]]:
@@ -287,13 +288,17 @@ def variants(s: Settings) -> list[tuple[str, dict[str, Any]]]:
         out.append((f"hybrid rrf w={w}", {"mode": "hybrid", "fusion": rrf(w)}))
     for w, sw in ((0.3, 1.0), (0.2, 1.0), (0.2, 0.6), (0.1, 1.0)):
         out.append((f"hybrid rrf w={w} specific={sw}", {"mode": "hybrid", "fusion": rrf(w, sw)}))
-    for share in (0.0005, 0.005):
+    for share in (0.0001, 0.002):
         f = Fusion("rrf", 0.2, 1.0, share, d.rrf_k)
         out.append((f"hybrid rrf w=0.2 specific=1.0 rare<={share}", {"mode": "hybrid", "fusion": f}))
     for w in (0.1, 0.2, 0.3, 0.5):
         out.append((f"hybrid score w={w}", {"mode": "hybrid", "fusion": score(w)}))
-    for w, sw in ((0.2, 0.5), (0.1, 0.5)):
+    for w, sw in ((0.1, 0.5), (0.2, 0.5), (0.3, 0.5), (0.1, 0.7), (0.2, 0.7), (0.2, 0.9)):
         out.append((f"hybrid score w={w} specific={sw}", {"mode": "hybrid", "fusion": score(w, sw)}))
+    for w, sw, share in ((0.2, 0.7, 0.0001), (0.2, 0.7, 0.002), (0.0, 0.5, 0.0005), (0.0, 0.7, 0.0005),
+                         (0.05, 0.5, 0.0005), (0.05, 0.7, 0.0005), (0.0, 0.7, 0.0001), (0.05, 0.7, 0.0001)):
+        f = Fusion("score", w, sw, share, d.rrf_k)
+        out.append((f"hybrid score w={w} specific={sw} rare<={share}", {"mode": "hybrid", "fusion": f}))
     return out
 
 

@@ -59,10 +59,11 @@ class Settings:
     rrf_k: int = 60
     # Hybrid fusion and the relevance floor (core/fusion.py), chosen on the dev half of
     # benchmarks/questions/ with benchmarks/bench_retrieval.py (its results hold every variant).
-    search_fusion: str = "rrf"  # "rrf" (weighted) | "score" (min-max convex combination)
-    search_lexical_weight: float = 1.0
-    search_specific_lexical_weight: float = 1.0  # for a query with a rare, numeric or quoted term
-    search_min_similarity: float = 0.0  # below it (best candidate's cosine), "confident": false; 0 = off
+    search_fusion: str = "score"  # "score" (min-max convex combination) | "rrf" (weighted)
+    search_lexical_weight: float = 0.05
+    search_specific_lexical_weight: float = 0.7  # for a query with a rare name, number or quoted phrase
+    search_rare_df_share: float = 0.0001  # a name or number in at most this share of chunks is rare
+    search_min_similarity: float = 0.39  # below it (best candidate's cosine) "confident" is false; 0 = off
     # Insights.
     pca_dim: int = 50
     umap_neighbors: int = 15

@@ -11,7 +11,7 @@ import pytest
 
 from brb_pipeline.core import duck, index, store
 from brb_pipeline.core.fusion import (Fusion, Span, fuse, is_specific, merge_lines, merge_overlapping, mmr_order,
-                                      rrf_fuse, score_fuse)
+                                      rrf_fuse, score_fuse, specific_terms)
 from brb_pipeline.core.search import search
 from brb_pipeline_tests.test_store import DIM, T0, make_chunks, make_vectors
 
@@ -51,16 +51,25 @@ def test_score_fusion_normalizes_each_list():
 def test_specific_queries_get_their_own_weight():
     f = Fusion("rrf", 0.2, 1.0)
     assert f.weight_for(False) == 0.2 and f.weight_for(True) == 1.0
-    assert Fusion("rrf", 0.2).weight_for(True) == 0.2  # no specific weight: one weight for all
-    assert is_specific('the "blue otter" password', None, 1000, 0.002)
-    assert is_specific("door code 7731", None, 1000, 0.002)
-    assert is_specific("Kabalevsky piece", 1, 60000, 0.002)  # a term in 1 of 60K chunks
-    assert not is_specific("that horror movie night", 900, 60000, 0.002)
-    assert not is_specific("anything", None, 0, 0.002)
+    assert Fusion("rrf", 0.2, None).weight_for(True) == 0.2  # no specific weight: one weight for all
+    assert is_specific('the "blue otter" password', None, 1000, 0.0001)  # a quoted phrase
+    assert is_specific("Kabalevsky piece", 2, 60000, 0.0001)  # a name in one message (two windows)
+    assert not is_specific("Kabalevsky piece", 40, 60000, 0.0001)  # a name in 40 chunks is not rare
+    assert is_specific("Kabalevsky piece", 4, 1000, 0.0001)  # small archives: up to 4 chunks still rare
+    assert not is_specific("that horror movie night", None, 60000, 0.0001)  # nothing to look up
+    assert not is_specific("anything", 1, 0, 0.0001)
     with pytest.raises(ValueError, match="unknown fusion method"):
         Fusion("sum")
     with pytest.raises(ValueError, match=">= 0"):
         Fusion("rrf", -1.0)
+
+
+def test_specific_terms_are_names_numbers_and_quotes_not_rare_paraphrase_words():
+    assert specific_terms("When did I tell İpek that abandoning chats felt like cheating?") == ["İpek"]
+    assert specific_terms("Kabalevsky piano piece") == ["Kabalevsky"]
+    assert specific_terms("the door code 7731 and gate 42") == ["7731"]
+    assert specific_terms('what was the "blue otter" thing') == ["blue", "otter"]
+    assert specific_terms("what did we say about abandoning old chats") == []
 
 
 # ----------------------------------------------------------------------------- merging

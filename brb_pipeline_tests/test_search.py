@@ -10,6 +10,7 @@ import pytest
 
 from brb_pipeline.core import duck, index, store
 from brb_pipeline.core.errors import StoreError
+from brb_pipeline.core.fusion import Fusion
 from brb_pipeline.core.search import neighbours, rrf_fuse, search, vector_sql
 from brb_pipeline.core.searchlog import clear_log, log_search, read_log
 from brb_pipeline_tests.test_store import DIM, T0, make_chunks, make_vectors
@@ -66,9 +67,9 @@ def _query():
 
 def test_hybrid_hits_have_both_ranks_and_match_exact_vector_order(tmp_path):
     con, near, far = _store(tmp_path)
-    res = search(con, query_text="weekend", query_vec=_query(), mode="hybrid", k=10)
+    res = search(con, query_text="weekend", query_vec=_query(), mode="hybrid", k=10, fusion=Fusion("rrf", 1.0))
     assert len(res.hits) == 10 and res.vector_strategy == "hnsw"
-    assert all(h.vector_rank and h.lexical_rank for h in res.hits[:3])
+    assert all(h.vector_rank and h.lexical_rank for h in res.hits[:3])  # equal RRF: both lists count
     assert [h.score for h in res.hits] == sorted((h.score for h in res.hits), reverse=True)
     vec = search(con, query_text="", query_vec=_query(), mode="vector", k=5)
     sims = near @ _query() / np.linalg.norm(near, axis=1)
@@ -76,7 +77,8 @@ def test_hybrid_hits_have_both_ranks_and_match_exact_vector_order(tmp_path):
     assert [h.chunk_id for h in vec.hits] == exact_top  # HNSW recall on a tiny store is exact
     assert vec.hits[0].vector_score == pytest.approx(float(sims.max()), abs=1e-5)
     assert set(res.timings_ms) >= {"vector", "lexical", "fuse", "fetch", "total"}
-    serial = search(con, query_text="weekend", query_vec=_query(), mode="hybrid", k=10, parallel=False)
+    serial = search(con, query_text="weekend", query_vec=_query(), mode="hybrid", k=10, parallel=False,
+                    fusion=Fusion("rrf", 1.0))
     assert [(h.chunk_id, h.score) for h in serial.hits] == [(h.chunk_id, h.score) for h in res.hits]
     con.close()
 

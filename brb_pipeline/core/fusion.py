@@ -30,6 +30,10 @@ import numpy as np
 FUSION_METHODS = ("rrf", "score")
 _QUOTED_RE = re.compile(r"[\"“”«»„]([^\"“”«»„]{2,})[\"“”«»„]")
 _NUMBER_RE = re.compile(r"\d{3,}")
+_WORD_RE = re.compile(r"[^\W_]+")
+_OPENERS = frozenset("what when where who whom whose why how which did do does was were is are can could would "
+                     "should i i'm my me we our you your the a an that this those these there remember find show "
+                     "tell told said anything something someone".split())
 
 
 @dataclass(frozen=True)
@@ -47,10 +51,10 @@ class Fusion:
         rrf_k: the RRF constant.
     """
 
-    method: str = "rrf"
-    lexical_weight: float = 1.0
-    specific_lexical_weight: float | None = None
-    rare_df_share: float = 0.002
+    method: str = "score"
+    lexical_weight: float = 0.05
+    specific_lexical_weight: float | None = 0.7
+    rare_df_share: float = 0.0001
     rrf_k: int = 60
 
     def __post_init__(self) -> None:
@@ -65,13 +69,30 @@ class Fusion:
         return self.lexical_weight
 
 
+def specific_terms(query: str) -> list[str]:
+    """Terms of a query that may name something exact: words of a quoted phrase, numbers of 3+
+    digits, and capitalized words that are not a question's opening word ("What", "When"). Only
+    these are looked up for rarity: a paraphrase's own uncommon words ("abandoning") are rare in
+    the archive too, and treating them as exact lets weak lexical matches lead (measured on dev)."""
+    out: list[str] = []
+    for m in _QUOTED_RE.finditer(query):
+        out.extend(_WORD_RE.findall(m.group(1)))
+    out.extend(_NUMBER_RE.findall(query))
+    for w in _WORD_RE.findall(query):
+        if w[:1].isupper() and w.lower() not in _OPENERS and not w.isdigit():
+            out.append(w)
+    return list(dict.fromkeys(out))
+
+
 def is_specific(query: str, min_df: int | None, num_docs: int, rare_df_share: float) -> bool:
-    """Whether a query names something lexical search finds best: a quoted phrase, a 3+ digit
-    number, or a term that occurs in at most ``rare_df_share`` of the ``num_docs`` chunks
-    (``min_df``: the smallest document frequency among the query's indexed terms)."""
-    if _QUOTED_RE.search(query) or _NUMBER_RE.search(query):
+    """Whether a query names something lexical search finds best: a quoted phrase, or one of its
+    :func:`specific_terms` occurring in at most ``rare_df_share`` of the ``num_docs`` chunks
+    (``min_df``: the smallest document frequency among those terms in the index)."""
+    if _QUOTED_RE.search(query):
         return True
-    return min_df is not None and num_docs > 0 and min_df <= max(1.0, rare_df_share * num_docs)
+    # Every message sits in two overlapping windows, so a name said once is in two chunks; up to
+    # four chunks (two messages) is rare in any archive, however small.
+    return min_df is not None and num_docs > 0 and min_df <= max(4.0, rare_df_share * num_docs)
 
 
 def rrf_fuse(lists: Sequence[Sequence[str]], k: int = 60, weights: Sequence[float] | None = None

@@ -32,7 +32,8 @@ from brb_pipeline.settings import Settings
 def fusion_of(s: Settings) -> Fusion:
     """The hybrid fusion the settings describe."""
     return Fusion(method=s.search_fusion, lexical_weight=s.search_lexical_weight,
-                  specific_lexical_weight=s.search_specific_lexical_weight, rrf_k=s.rrf_k)
+                  specific_lexical_weight=s.search_specific_lexical_weight, rare_df_share=s.search_rare_df_share,
+                  rrf_k=s.rrf_k)
 
 
 def _require_store(s: Settings) -> None:
