@@ -248,3 +248,20 @@ def test_home_inside_the_messages_folder_is_refused(tmp_path):
     line = _one_line_error(brb("ingest", "--chat-db", str(src / "chat.db"), home=src / "brb"))
     assert "inside source folder" in line
     assert sorted(p.name for p in src.iterdir()) == ["chat.db"]  # nothing written next to the source
+
+
+def test_search_passages_floor_and_diversity_from_the_command_line(ingested_home):
+    out = json.loads(brb("search", "movies", "-k", "5", "--json", home=ingested_home).stdout)
+    assert all(h["chunk_ids"] and h["chunk_ids"][0] == h["chunk_id"] for h in out["hits"])
+    assert {"confident", "top_similarity", "specific", "merged"} <= set(out)
+    assert "embed" in out["timings_ms"]
+    div = json.loads(brb("search", "movies", "-k", "5", "--diversity", "--json", home=ingested_home).stdout)
+    assert len(div["hits"]) == 5
+    bad = brb("search", "movies", "--diversity", "1.5", home=ingested_home)
+    assert bad.returncode == 2 and "1.5" in bad.stderr
+    # A query nothing is close to: the nearest passages, and a line that says so.
+    far = brb("search", "qqqq zzzz xxxx", "--mode", "vector", "--json", home=ingested_home)
+    low = json.loads(far.stdout)
+    assert low["hits"] and low["top_similarity"] < 0.39 and low["confident"] is False
+    text = brb("search", "qqqq zzzz xxxx", "--mode", "vector", home=ingested_home).stdout
+    assert "no close match: these are the nearest passages" in text
