@@ -302,3 +302,23 @@ def test_search_passages_are_distinct_with_context_outside_them(ingested):
     top = metadata.read_contacts(s.brb_db).sort("rank").row(0, named=True)
     only = run_search(s, "movies", embedder=emb, k=10, contacts=[top["contact_id"]])
     assert only["hits"] and {h["contact_id"] for h in only["hits"]} == {top["contact_id"]}
+
+
+def test_searcher_open_loads_the_model_beside_the_store_and_cleans_up_on_failure(ingested):
+    from brb_pipeline.core.errors import BrbError
+    from brb_pipeline.pipeline.query import Searcher
+
+    s, *_ = ingested
+    with Searcher.open(s, load=lambda _s: HashEmbedder(dim=64)) as searcher:
+        assert searcher.embedder.model_id == "hash-64" and searcher.refs
+        assert searcher.search("movies", k=3, log=False)["hits"]
+
+    def broken(_s):
+        raise BrbError("model missing")
+
+    with pytest.raises(BrbError, match="model missing"):
+        Searcher.open(s, load=broken)
+    con = duck.connect(s.duckdb_path)  # the read-only store of the failed open was closed
+    con.close()
+    with Searcher.open(s, mode="lexical", load=broken) as lexical:  # lexical needs no model
+        assert lexical.embedder is None and lexical.search("movies", mode="lexical", k=3, log=False)["hits"]

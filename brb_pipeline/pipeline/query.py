@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -46,28 +47,44 @@ def contact_refs(s: Settings) -> list[ContactRef]:
             for r in metadata.contact_rows(s.brb_db)]
 
 
+@dataclass(frozen=True)
+class _Store:
+    """What a Searcher reads once: the read-only store, the contacts (routing and hit names) and
+    the model the store was embedded with."""
+
+    con: Any
+    refs: list[ContactRef]
+    model: str | None
+
+    @classmethod
+    def open(cls, s: Settings) -> _Store:
+        _require_store(s)
+        refs = contact_refs(s)
+        con = duck.connect(s.duckdb_path, read_only=True)
+        try:
+            return cls(con, refs, duck.get_meta(con, "embedding_model"))
+        except BaseException:
+            con.close()
+            raise
+
+
 class Searcher:
     """The store, its contacts and the query model, opened once for many searches.
 
     Args:
         embedder: the store's embedding model (None only for lexical searches).
+        store: an opened store (default: opened here).
 
     Raises:
         StoreError: no store yet.
     """
 
-    def __init__(self, s: Settings, *, embedder: Any | None) -> None:
-        _require_store(s)
+    def __init__(self, s: Settings, *, embedder: Any | None, store: _Store | None = None) -> None:
+        store = store or _Store.open(s)
         self.settings = s
         self.embedder = embedder
-        self.refs = contact_refs(s)  # routing and hit names
+        self.con, self.refs, self.stored_model = store.con, store.refs, store.model
         self._names = {r.contact_id: r.display_name for r in self.refs}
-        self.con = duck.connect(s.duckdb_path, read_only=True)
-        try:
-            self.stored_model = duck.get_meta(self.con, "embedding_model")
-        except BaseException:
-            self.con.close()
-            raise
 
     @classmethod
     def open(cls, s: Settings, *, mode: str = "hybrid", load: Callable[[Settings], Any] | None = None) -> Searcher:
@@ -81,17 +98,15 @@ class Searcher:
         if load is None:
             from brb_pipeline.core.embedding import load_embedder as load
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="brb-store") as pool:
-            store = pool.submit(cls, s, embedder=None)
+            store = pool.submit(_Store.open, s)
             try:
                 embedder = load(s)
             except BaseException:
                 wait([store])
                 if store.exception() is None:
-                    store.result().close()
+                    store.result().con.close()
                 raise
-            searcher = store.result()
-        searcher.embedder = embedder
-        return searcher
+            return cls(s, embedder=embedder, store=store.result())
 
     def close(self) -> None:
         self.con.close()
