@@ -31,7 +31,7 @@ import numpy as np
 from brb_pipeline.core.errors import StoreError
 from brb_pipeline.core.fusion import (Fusion, Span, fuse, is_specific, merge_lines, merge_overlapping, mmr_order,
                                       specific_terms)
-from brb_pipeline.core.fusion import rrf_fuse as rrf_fuse  # re-exported: the fusion most callers know
+from brb_pipeline.core.fusion import rrf_fuse as rrf_fuse  # noqa: F401 - re-exported for callers of search
 from brb_pipeline.core.index import FTS_PARAMS, FTS_SCHEMA, HNSW_INDEX, REBUILD_HINT, fts_query_text
 
 log = logging.getLogger(__name__)
@@ -189,6 +189,7 @@ class _Query:
     params: list
     candidates: int
     ef_search: int
+    catalog: str
 
     @property
     def filtered(self) -> bool:
@@ -287,8 +288,8 @@ def search(
     if use_vec and vec_rows:
         result.top_similarity = float(vec_rows[0][1])
     if min_similarity is not None and use_vec:
-        result.confident = bool((result.top_similarity or -1.0) >= min_similarity
-                                or (result.specific and lex_rows))
+        close = result.top_similarity is not None and result.top_similarity >= min_similarity
+        result.confident = bool(close or (result.specific and lex_rows))
     result.timings_ms["total"] = (time.perf_counter() - t_start) * 1000
     log.debug("Search - %s k=%d: %d hits in %.1f ms", mode, k, len(result.hits), result.timings_ms["total"])
     return result
@@ -297,7 +298,7 @@ def search(
 def _prepare(con: duckdb.DuckDBPyConnection, text: str, query_vec: np.ndarray | None, use_vec: bool, use_lex: bool,
              k: int, candidates: int, merge: bool, ef_search: int, filters: tuple[str, list]) -> _Query:
     """Check the store and the query vector; the candidate depth."""
-    has_chunks, has_hnsw, has_fts, dim, _ = _store_state(con)
+    has_chunks, has_hnsw, has_fts, dim, catalog = _store_state(con)
     if not has_chunks:
         raise StoreError("no search store yet: run `brb ingest` first")
     if (use_vec and not has_hnsw) or (use_lex and not has_fts):
@@ -314,7 +315,7 @@ def _prepare(con: duckdb.DuckDBPyConnection, text: str, query_vec: np.ndarray | 
             )
     k = int(k)
     depth = max(int(candidates), 2 * k if merge else k)
-    return _Query(text, vec, dim, filters[0], filters[1], depth, max(int(ef_search), depth, 1))
+    return _Query(text, vec, dim, filters[0], filters[1], depth, max(int(ef_search), depth, 1), catalog)
 
 
 def _candidates(con: duckdb.DuckDBPyConnection, q: _Query, use_vec: bool, use_lex: bool, parallel: bool,
@@ -325,7 +326,7 @@ def _candidates(con: duckdb.DuckDBPyConnection, q: _Query, use_vec: bool, use_le
     lex: tuple[list, tuple[int | None, int]] = ([], (None, 0))
     if use_vec and use_lex and parallel:
         cur = con.cursor()
-        cur.execute(f"USE {_quote(_store_state(con)[4])}")
+        cur.execute(f"USE {_quote(q.catalog)}")
         future: Future = _POOL.submit(_timed, _lexical_candidates, cur, q)
         try:
             vec_rows, timings["vector"] = _timed(_vector_candidates, con, q)
