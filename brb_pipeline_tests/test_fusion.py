@@ -97,6 +97,13 @@ def test_three_chained_windows_merge_even_when_the_middle_one_comes_last():
     assert merged[0].chunk_id == "a3" and merged[0].order == 0  # the best member leads
 
 
+def test_a_passage_holds_at_most_three_windows():
+    chain = [_span(f"a{i}", "A", 0, 1.5 * i, 1.5 * i + 2, i) for i in range(5)]  # each overlaps the next
+    merged = merge_overlapping(chain + [_span("b", "A", 0, 20, 21, 5)])
+    assert [g.chunk_ids for g in merged] == [["a0", "a1", "a2"], ["a4"], ["b"]]  # a3 overlaps the kept chain
+    assert len(merge_overlapping(chain, max_members=10)) == 1
+
+
 def test_other_conversations_and_unknown_times_never_merge():
     merged = merge_overlapping([_span("a", "A", 0, 0, 2, 0), _span("b", "A", 1, 1, 3, 1),
                                 Span("c", "A", 0, None, None, 0.1, 2, ["c"])])
@@ -157,13 +164,15 @@ def test_search_merges_chained_windows_and_keeps_other_chats(tmp_path):
     by_chat = {}
     for h in res.hits:
         by_chat.setdefault(h.chat_id, []).append(h)
-    assert len(by_chat["chat-A"]) == 2  # the chain of four and the later conversation
+    assert len(by_chat["chat-A"]) == 2  # the chain (capped at three windows) and the later conversation
     chain = next(h for h in by_chat["chat-A"] if len(h.chunk_ids) > 1)
-    assert sorted(chain.chunk_ids) == [f"chat-A:{i}" for i in range(4)]
-    assert chain.content == "\n".join(f"a{i}" for i in range(9))
-    assert chain.start_ts == T0 and chain.end_ts == T0 + timedelta(minutes=180)
+    pos = sorted(int(c.split(":")[1]) for c in chain.chunk_ids)
+    assert len(pos) == 3 and pos == list(range(pos[0], pos[0] + 3))  # three contiguous windows of the four
+    lines = {0: "a0\na1\na2", 1: "a2\na3\na4", 2: "a4\na5\na6", 3: "a6\na7\na8"}
+    assert chain.content == merge_lines([lines[p] for p in pos])
+    assert chain.start_ts == T0 + timedelta(minutes=40 * pos[0])
     assert len(by_chat["chat-B"]) == 1  # same time, other chat: its own hit
-    assert res.merged == 3
+    assert res.merged == 3  # two folded into the chain, the fourth window dropped as overlapping it
     unmerged = search(con, query_text="weekend", query_vec=q, mode="vector", k=10, merge=False)
     assert len(unmerged.hits) == 6 and all(len(h.chunk_ids) == 1 for h in unmerged.hits)
     con.close()

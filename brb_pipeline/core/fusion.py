@@ -14,7 +14,7 @@ the questions where lexical search wins. The defaults were chosen on the dev hal
 Merging. Windows overlap (window 8, stride 4: each message is in two chunks), so the two chunks
 around one remembered moment would take two of the k slots. Hits of one chat and conversation
 whose time spans intersect become one hit: the union span, the best score and rank, every chunk
-id, and the union of their lines.
+id, and the union of their lines; at most three windows (16 messages) to a hit.
 """
 
 from __future__ import annotations
@@ -185,9 +185,15 @@ class Span:
         self.chunk_ids.extend(c for c in other.chunk_ids if c not in self.chunk_ids)
 
 
-def merge_overlapping(spans: Iterable[Span]) -> list[Span]:
+MAX_MERGED = 3  # windows per passage: 3 chained windows of 8 at stride 4 are 16 messages
+
+
+def merge_overlapping(spans: Iterable[Span], max_members: int = MAX_MERGED) -> list[Span]:
     """Merge spans of one chat and conversation whose times intersect, transitively (windows
-    A and C that touch only through B become one once B is seen). Returns the merged spans,
+    A and C that touch only through B become one once B is seen), up to ``max_members`` windows
+    per passage: a span that would grow a passage past that is dropped, since its messages
+    overlap a passage already kept (without the cap, a search filtered to one contact chained
+    ten windows of one long conversation into a 44-message "passage"). Returns the merged spans,
     best first (by their best member's order), each with its chunk ids best first."""
     groups: list[Span] = []
     rank: dict[str, int] = {}
@@ -195,14 +201,17 @@ def merge_overlapping(spans: Iterable[Span]) -> list[Span]:
         rank.setdefault(span.chunk_id, span.order)
         cur = Span(span.chunk_id, span.chat_id, span.conversation, span.start, span.end, span.score, span.order,
                    list(span.chunk_ids or [span.chunk_id]))
-        while True:
-            touching = [g for g in groups if g.overlaps(cur)]
-            if not touching:
+        touching = [g for g in groups if g.overlaps(cur)]
+        while touching:
+            if len(cur.chunk_ids) + sum(len(g.chunk_ids) for g in touching) > max_members:
+                cur = None  # overlaps what is kept already; a longer passage would not read as one
                 break
             for g in touching:
                 groups.remove(g)
                 cur.absorb(g)
-        groups.append(cur)
+            touching = [g for g in groups if g.overlaps(cur)]
+        if cur is not None:
+            groups.append(cur)
     for g in groups:
         g.chunk_ids.sort(key=lambda c: (rank.get(c, g.order), c))
     return sorted(groups, key=lambda g: g.order)
