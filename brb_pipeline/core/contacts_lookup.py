@@ -6,7 +6,6 @@ from pathlib import Path
 
 from brb_pipeline.core import metadata
 from brb_pipeline.core.errors import BrbError
-from brb_pipeline.core.handles import normalize_handle
 from brb_pipeline.core.routing import fold
 
 
@@ -16,6 +15,8 @@ def find_contacts(db: Path, names: list[str], *, default_region: str = "US") -> 
     Matching order per name: contact id, handle (normalized), whole display name, then a
     display name containing it as a word prefix ("Ayşe" finds "Ayşe Yılmaz") if unique.
     """
+    from brb_pipeline.core.handles import normalize_handle  # phonenumbers: ~30 ms, only for --contact
+
     rows = metadata.contact_rows(db)
     out: list[str] = []
     for name in names:
