@@ -11,7 +11,7 @@ so the HNSW approximation is not a variable):
 * ``children -> parent``: the best child score per parent;
 * ``max(chunk, child)``: per parent, the better of its own score and its best child's.
 
-Overlapping parents of one conversation merge as in search; routing applies a named contact as
+Overlapping parents of one conversation merge with search's own merging; routing applies a named contact as
 a filter. The children's embedding time is measured here and set against the chunks'.
 
     .venv/bin/python benchmarks/bench_parent_child.py --home ~/.brb-full [--half test]
@@ -76,21 +76,13 @@ def child_units(messages: pl.DataFrame, names: Mapping[str, str], window: int, s
 
 
 def _merge_rank(parents: Sequence[str], info: Mapping[str, tuple], relevant: set[str], k: int) -> int | None:
-    """Rank of the first relevant passage after merging overlapping parents (same chat and
-    conversation, intersecting times), cut at k passages."""
-    groups: list[tuple[str, int, Any, Any, set[str]]] = []
-    for cid in parents:
-        chat, conv, start, end = info[cid]
-        hit = next((g for g in groups if g[0] == chat and g[1] == conv and start <= g[3] and g[2] <= end), None)
-        if hit is None:
-            if len(groups) == k:
-                continue
-            groups.append((chat, conv, start, end, {cid}))
-        else:
-            i = groups.index(hit)
-            groups[i] = (chat, conv, min(start, hit[2]), max(end, hit[3]), hit[4] | {cid})
-    for i, g in enumerate(groups, 1):
-        if g[4] & relevant:
+    """Rank of the first relevant passage after search's own merging (core.fusion: same chat and
+    conversation, intersecting times, at most three windows), cut at k passages."""
+    from brb_pipeline.core.fusion import Span, merge_overlapping
+
+    spans = [Span(cid, *info[cid], 0.0, i, [cid]) for i, cid in enumerate(parents)]
+    for i, g in enumerate(merge_overlapping(spans)[:k], 1):
+        if relevant.intersection(g.chunk_ids):
             return i
     return None
 

@@ -18,6 +18,7 @@ Query forms (measured on duckdb 1.4.4, see ``benchmarks/bench_search.py`` and it
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Sequence
@@ -248,8 +249,7 @@ def search(
     t_start = time.perf_counter()
     fusion = fusion or Fusion()
     if rrf_k is not None:
-        fusion = Fusion(fusion.method, fusion.lexical_weight, fusion.specific_lexical_weight, fusion.rare_df_share,
-                        int(rrf_k))
+        fusion = dataclasses.replace(fusion, rrf_k=int(rrf_k))
     result = SearchResult(query=query_text, mode=mode)
     use_vec, use_lex = mode in ("hybrid", "vector"), mode in ("hybrid", "lexical")
     q = _prepare(con, query_text, query_vec, use_vec, use_lex, k, candidates, merge, ef_search,
