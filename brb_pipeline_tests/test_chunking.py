@@ -10,6 +10,7 @@ from brb_pipeline.core.chunking import (
     chunk_messages,
     conversation_ids,
     truncate_graphemes,
+    split_graphemes,
     window_bounds,
 )
 from brb_pipeline_tests.frames import message_frame
@@ -86,7 +87,7 @@ def test_chunk_messages_windows_gaps_and_texts():
     rows += [("imessage:a", 600 + i, f"later talk {i} about dinner plans", i % 2 == 1, "+15550001111") for i in range(3)]
     msgs = _messages(rows)
     out = chunk_messages(msgs, batch="batch-000", contact_names={"c:imessage:a": "Ayşe Yılmaz"},
-                         sender_names={"+15550001111": "Ayşe"}, params=ChunkParams(gap_s=3600))
+                         sender_names={"+15550001111": "Ayşe"}, params=ChunkParams(gap_s=3600, time_zone="UTC"))
     assert out.schema == CHUNK_SCHEMA
     # 10 messages -> 2 windows; a 10-hour silence starts a conversation of 3 messages -> 1 window
     assert out["message_count"].to_list() == [8, 8, 3]
@@ -121,7 +122,7 @@ def test_min_chars_drops_tiny_conversations_and_empty_input():
 
 
 def test_bad_input_one_megabyte_emoji_rtl():
-    big = "word " * 200_000  # 1 MB message
+    big = " ".join(f"w{i}" for i in range(150_000))  # ~1 MB message, every word distinct
     msgs = _messages([
         ("imessage:d", 0, big, False, "+15550004444"),
         ("imessage:d", 1, "🎉🎉🎉👨‍👩‍👧", True, None),
@@ -129,7 +130,18 @@ def test_bad_input_one_megabyte_emoji_rtl():
         ("imessage:d", 3, None, False, "+15550004444"),
     ])
     out = chunk_messages(msgs, batch="b", contact_names={}, sender_names={})
-    assert out.height == 1
-    content = out["content"][0]
-    assert len(content) < 3000  # the 1 MB message was truncated in the chunk text
-    assert "🎉🎉🎉👨‍👩‍👧" in content and "مرحبا كيف حالك اليوم" in content
+    # The 1 MB message is continued, not cut: lines of <= 2000 chars (~530 of them); with the
+    # three other messages they are covered by windows of 8 advancing by 4.
+    n_pieces = len(split_graphemes(big, 2000))
+    assert 500 < n_pieces < 560
+    assert out.height == len(window_bounds(n_pieces + 3, 8, 4))
+    lines = [ln for c in out["content"] for ln in c.splitlines()]
+    assert max(len(ln) for ln in lines) <= 2000 + 2 + len("+15550004444 (09:00): ")
+    by_line = dict.fromkeys(lines)  # windows overlap: each line once, in order
+    pieces = [ln.split(": ", 1)[1].strip("…") for ln in by_line if ln.startswith("+15550004444 (09:00)")]
+    assert len(pieces) == n_pieces and " ".join(pieces).split() == big.split()  # every word kept, in order
+    last = out["content"][-1]
+    assert "🎉🎉🎉👨‍👩‍👧" in last and "مرحبا كيف حالك اليوم" in last
+    assert out["message_count"][0] == 1 and out["message_count"][-1] == 4  # messages, not lines
+    assert out["first_message_id"].n_unique() == 1  # every window starts inside the long message
+    assert out["chunk_id"].n_unique() == out.height  # windows inside one message get distinct ids

@@ -35,9 +35,9 @@ MESSAGE_SCHEMA = pl.Schema(
         "chat_id": pl.Utf8,  # f"{channel}:{chat guid}"; ORPHAN_CHAT_ID when no chat join exists
         "sender": pl.Utf8,  # normalized handle of the sender; null when is_from_me
         "is_from_me": pl.Boolean,
-        "ts": pl.Datetime("us", "UTC"),
+        "ts": pl.Datetime("us", "UTC"),  # null when the source date is missing or impossible
         "text": pl.Utf8,  # final (post-edit) text; null when there is none
-        "text_source": pl.Utf8,  # "text" | "attributed_body" | "none"
+        "text_source": pl.Utf8,  # "text" | "attributed_body" | "edit_history" | "none"
         "undecodable": pl.Boolean,  # an attributedBody was present but yielded no text
         "edited": pl.Boolean,
         "attachments": pl.Int32,  # number of attachments (images, files, stickers...)

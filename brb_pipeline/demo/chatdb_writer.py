@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import plistlib
 import random
 import sqlite3
 import struct
@@ -275,7 +276,7 @@ class ChatDbBuilder:
         handle: int,
         text: str | None,
         *,
-        ts: datetime,
+        ts: datetime | None,
         is_from_me: bool = False,
         text_mode: str = "text",
         guid: str | None = None,
@@ -288,6 +289,8 @@ class ChatDbBuilder:
         associated_guid: str | None = None,
         associated_type: int = 0,
         associated_emoji: str | None = None,
+        raw_date: Any = None,
+        summary_info: bytes | None = None,
     ) -> str:
         """Add a ``message`` (+ chat and attachment joins); returns its guid.
 
@@ -295,11 +298,13 @@ class ChatDbBuilder:
             chat: chat ROWID(s) to join it to; None leaves it orphaned (no chat_message_join).
             handle: ``handle_id`` (0 for none, as Messages writes for the owner in groups).
             text: the message text (None for no text at all).
-            ts: when it was sent.
+            ts: when it was sent; None writes a NULL ``date`` (seen on real databases).
             text_mode: where the text goes: ``"text"`` (``message.text``), ``"body_null"``
                 (only in ``attributedBody``, ``text`` NULL) or ``"body_empty"`` (``text`` '').
             attachments: number of attachment rows to create and join.
             raw_body: store these bytes as ``attributedBody`` verbatim (e.g. junk).
+            raw_date: store this ``date`` verbatim instead of ``ts`` (a wrong unit, year 1...).
+            summary_info: ``message_summary_info`` bytes (see :meth:`add_edited_message`).
         """
         rid = self._next["message"]
         self._next["message"] += 1
@@ -314,7 +319,7 @@ class ChatDbBuilder:
                 body = self._body(text)
         elif text is None and raw_body is not None and text_mode == "body_empty":
             col_text = ""
-        date = self._date(ts)
+        date = raw_date if raw_date is not None else (None if ts is None else self._date(ts))
         self._rows["message"].append(
             {"ROWID": rid, "guid": guid, "text": col_text, "attributedBody": body,
              "handle_id": handle, "date": date, "date_read": date if not is_from_me else 0,
@@ -325,7 +330,8 @@ class ChatDbBuilder:
              "date_retracted": self._date(date_retracted),
              "associated_message_guid": associated_guid, "associated_message_type": associated_type,
              "associated_message_emoji": associated_emoji,
-             "cache_has_attachments": int(attachments > 0), "cache_roomnames": None}
+             "cache_has_attachments": int(attachments > 0), "cache_roomnames": None,
+             "message_summary_info": summary_info}
         )
         chats = [] if chat is None else ([chat] if isinstance(chat, int) else list(chat))
         if self.bulk:  # what the after_insert_on_chat_message_join trigger would have written
@@ -345,6 +351,44 @@ class ChatDbBuilder:
             )
             self._joins["message_attachment_join"].append((rid, aid))
         return guid
+
+    def add_edited_message(
+        self,
+        chat: int | Iterable[int] | None,
+        handle: int,
+        versions: Sequence[tuple[str, datetime]],
+        *,
+        retracted_parts: Sequence[int] = (),
+        body: bool = True,
+        **kwargs: Any,
+    ) -> str:
+        """Add a message edited on macOS 13+ / iOS 16+, laid out as Messages stores it.
+
+        ``text`` is NULL, ``attributedBody`` holds the final version (``body=False`` leaves it
+        NULL, so only the history holds the text), ``date_edited`` is the last edit and
+        ``message_summary_info`` is a binary plist with ``ec`` (edited content: part index ->
+        every version of that part, oldest first, each ``{"d": seconds since 2001, "t":
+        attributedBody typedstream}``), ``ep`` (edited part indices), ``otr`` (original text
+        range per part) and ``rp`` (retracted part indices) when some part was unsent.
+
+        Args:
+            versions: ``(text, when)`` of the original (sent at ``when``) then of each edit.
+            kwargs: passed on to :meth:`add_message` (``is_from_me``, ``attachments``...).
+        """
+        first_text, first_ts = versions[0]
+        final_text, last_ts = versions[-1]
+        info: dict[str, Any] = {
+            "ec": {"0": [{"d": int(apple_time(t, "s")), "t": self._body(v)} for v, t in versions]},
+            "ep": [0],
+            "otr": {"0": {"lo": 0, "le": len(first_text.encode("utf-16-le")) // 2}},
+        }
+        if retracted_parts:
+            info["rp"] = list(retracted_parts)
+        return self.add_message(
+            chat, handle, None, ts=first_ts, raw_body=self._body(final_text) if body else None,
+            date_edited=last_ts if len(versions) > 1 else None,
+            summary_info=plistlib.dumps(info, fmt=plistlib.FMT_BINARY), **kwargs,
+        )
 
     def add_tapback(
         self,

@@ -13,7 +13,15 @@ Rules, in the order they are applied to each ``message`` row (read in ROWID orde
 * A message with no text and no attachments is dropped: as ``unsent_dropped`` when it was
   retracted/edited (unsent), as ``system_skipped`` otherwise (group renames, member changes,
   plugin payloads). Undecodable messages are kept, flagged.
-* ``date_edited != 0`` marks ``edited`` (the stored text is already the final text).
+* Edits (macOS 13+): ``date_edited != 0`` or an edit history in ``message_summary_info`` marks
+  ``edited``. The final text wins: ``text``, else ``attributedBody`` (where Messages keeps the
+  final version of an edited message, ``text`` being NULL), else the last version of each part
+  in the history's ``ec`` (``text_source="edit_history"``, counted ``from_edit_history``).
+  Earlier versions are never read into the text: what a person replaced is not made
+  searchable. See :func:`edit_history`.
+* Unsent (retracted) messages: ``date_retracted != 0`` or every part listed in the history's
+  ``rp``. Nothing of a fully unsent message is kept (``unsent_dropped``); a message with some
+  parts unsent keeps the parts that remain (``partly_unsent``), the unsent parts' text never.
 * Messages without a ``chat_message_join`` row get ``chat_id = "imessage:orphan"``; incoming
   messages whose ``handle_id`` points at a vanished handle keep ``sender = None`` and are counted
   (``unknown_handle``).
@@ -22,12 +30,16 @@ Rules, in the order they are applied to each ``message`` row (read in ROWID orde
 same rows in blocks of ``chunk_rows`` so a caller can write them out without holding them all.
 
 Dates: ``message.date`` is nanoseconds since 2001-01-01 UTC on modern macOS and seconds on old
-ones; the unit is decided per value by magnitude. Output timestamps are UTC microseconds.
+ones; the unit is decided per value by magnitude. Output timestamps are UTC microseconds. A
+NULL, zero or impossible date (before 2002, from 2100 on, text, beyond int64) gives ``ts = null``:
+the message is kept, counted as ``date_invalid``, and chunking places it by ROWID within its chat
+with no time shown.
 """
 
 from __future__ import annotations
 
 import logging
+import plistlib
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -84,6 +96,15 @@ _OPTIONAL = {
 _APPLE_EPOCH_US = 978_307_200 * 1_000_000
 # |date| above this is nanoseconds (2001 + 100 s in ns is 1e11); below it, seconds (year 5170).
 _NS_THRESHOLD = 100_000_000_000
+# A converted date outside [2002-01-01, 2100-01-01) UTC is not a real send time: Messages (iChat)
+# history starts in 2002, 0 is the "unset" value (2001-01-01), a date in milli- or microseconds
+# read as nanoseconds lands in January 2001, and a year-1 or year-9999 value is corruption.
+VALID_FROM_US = 1_009_843_200 * 1_000_000  # 2002-01-01 UTC
+VALID_UNTIL_US = 4_102_444_800 * 1_000_000  # 2100-01-01 UTC
+# message.date as an integer, or NULL for text, blobs and values beyond int64 (a REAL 1e30 from a
+# damaged file): the conversion above then never overflows.
+_DATE_SQL = ("CASE WHEN typeof(m.date) IN ('integer', 'real') AND m.date BETWEEN -9.0e18 AND 9.0e18 "
+             "THEN CAST(m.date AS INTEGER) END")
 
 STAT_KEYS = (
     "messages_read",
@@ -97,6 +118,9 @@ STAT_KEYS = (
     "unsent_dropped",
     "edited",
     "system_skipped",
+    "date_invalid",
+    "from_edit_history",
+    "partly_unsent",
 )
 
 _RAW_SCHEMA = {
@@ -115,9 +139,55 @@ _RAW_SCHEMA = {
 
 
 def apple_date_to_us(col: pl.Expr) -> pl.Expr:
-    """Apple ``message.date`` (ns or s since 2001-01-01 UTC) -> ``Datetime("us", "UTC")``."""
-    us = pl.when(col.abs() > _NS_THRESHOLD).then(col // 1000).otherwise(col * 1_000_000)
-    return (us + _APPLE_EPOCH_US).cast(pl.Datetime("us", "UTC"))
+    """Apple ``message.date`` (ns or s since 2001-01-01 UTC) -> ``Datetime("us", "UTC")``.
+
+    NULL, 0 and dates outside [2002, 2100) (see :data:`VALID_FROM_US`) become null, never an
+    error; the message is kept and the ``date_invalid`` stat counts it.
+    """
+    # Seconds beyond +-1e11 never reach the multiplication (they are read as ns), so no overflow.
+    us = pl.when(col.abs() > _NS_THRESHOLD).then(col // 1000).otherwise(col * 1_000_000) + _APPLE_EPOCH_US
+    valid = (us >= VALID_FROM_US) & (us < VALID_UNTIL_US)
+    return pl.when(valid).then(us).otherwise(None).cast(pl.Datetime("us", "UTC"))
+
+
+def edit_history(info: bytes | None) -> tuple[str | None, bool, bool]:
+    """The facts brb uses from a ``message_summary_info`` binary plist.
+
+    Layout (macOS 13+): ``ec`` maps a message part index (``"0"``, ``"1"``...) to every version
+    of that part, oldest first, each ``{"d": edit time in seconds since 2001, "t":
+    attributedBody typedstream}``; ``ep`` lists edited parts, ``rp`` retracted (unsent) parts,
+    ``otr`` original text ranges. Other keys are ignored.
+
+    Returns:
+        ``(final text of the parts not retracted or None, edited, some part retracted)``;
+        ``(None, False, False)`` for a blob that is not such a plist (never raises).
+    """
+    if not info:
+        return None, False, False
+    try:
+        d = plistlib.loads(bytes(info))
+    except Exception:  # damaged or foreign blob: treated as absent
+        return None, False, False
+    if not isinstance(d, dict):
+        return None, False, False
+    ec = d.get("ec") if isinstance(d.get("ec"), dict) else {}
+    rp = d.get("rp") if isinstance(d.get("rp"), list) else []
+    retracted = {str(p) for p in rp}
+    parts = []
+    for key in sorted(ec, key=lambda k: (len(str(k)), str(k))):  # "2" before "10"
+        versions = ec[key]
+        if str(key) in retracted or not isinstance(versions, list) or not versions:
+            continue
+        last = versions[-1]
+        body = last.get("t") if isinstance(last, dict) else None
+        try:
+            text = decode_attributed_body(body) if isinstance(body, bytes) else None
+        except Exception:
+            text = None
+        if text:
+            parts.append(text)
+    edited = bool(ec) or bool(d.get("ep"))
+    return (" ".join(parts) or None), edited, bool(retracted)
 
 
 def parent_guid(assoc: str | None) -> str | None:
@@ -242,14 +312,22 @@ class IMessageStream(BlockReader):
             f"+ 4 * (COALESCE({opt['date_retracted']}, 0) != 0) + 8 * (COALESCE({opt['item_type']}, 0) != 0)"
         )
         chat_of = "(SELECT MIN(j.chat_id) FROM chat_message_join j WHERE j.message_id = m.ROWID)"
+        # The edit history is fetched only where it can matter: an edited or unsent row, or one
+        # with no other text.
+        no_text = "(m.text IS NULL OR m.text = '')" + (" AND m.attributedBody IS NULL" if "attributedBody" in mcols else "")
+        summary = (
+            f"CASE WHEN COALESCE({opt['date_edited']}, 0) != 0 OR COALESCE({opt['date_retracted']}, 0) != 0 "
+            f"OR ({no_text}) THEN m.message_summary_info END"
+            if "message_summary_info" in mcols else "NULL"
+        )
         # Column names above come from our constants, never from data.
         self._sql = (
-            f"SELECT m.ROWID, m.guid, m.text, {body}, m.handle_id, m.date, m.is_from_me, {flags}, "
-            f"{chat_of}, {att} FROM message m WHERE m.ROWID > ? ORDER BY m.ROWID LIMIT ?"
+            f"SELECT m.ROWID, m.guid, m.text, {body}, m.handle_id, {_DATE_SQL}, m.is_from_me, {flags}, "
+            f"{chat_of}, {att}, {summary} FROM message m WHERE m.ROWID > ? ORDER BY m.ROWID LIMIT ?"
         )
         tap_sql = (
             f"SELECT {atype}, {opt['associated_message_guid']}, {opt['associated_message_emoji']}, "
-            f"m.handle_id, m.date, m.is_from_me, {chat_of} FROM message m WHERE {tap_where} ORDER BY m.ROWID"
+            f"m.handle_id, {_DATE_SQL}, m.is_from_me, {chat_of} FROM message m WHERE {tap_where} ORDER BY m.ROWID"
         )
         self.total = conn.execute("SELECT COUNT(*) FROM message").fetchone()[0]
         self._fold_state(conn.execute(tap_sql))
@@ -334,7 +412,7 @@ class IMessageStream(BlockReader):
         c_edit: list[bool] = []
         c_att: list[int] = []
         decode = decode_attributed_body
-        for rowid, guid, text, blob, hid, date, me, flag, chat_rid, natt in rows:
+        for rowid, guid, text, blob, hid, date, me, flag, chat_rid, natt, info in rows:
             if flag & 1:
                 continue  # a tapback: folded from the first pass
             undec = False
@@ -351,6 +429,17 @@ class IMessageStream(BlockReader):
                     text, src, undec = None, "none", True
             else:
                 text, src = None, "none"
+            if info is not None:
+                final, was_edited, some_retracted = edit_history(info)
+                if was_edited:
+                    flag |= 2
+                if text is None and final:
+                    text, src, undec = final, "edit_history", False
+                    stats["from_edit_history"] += 1
+                if some_retracted:
+                    flag |= 4
+                    if text is not None:
+                        stats["partly_unsent"] += 1
             if text is None and not natt:
                 if flag & 6:
                     stats["unsent_dropped"] += 1
@@ -408,6 +497,7 @@ class IMessageStream(BlockReader):
             "attachments",
         )
         stats["messages"] += messages.height
+        stats["date_invalid"] += messages["ts"].null_count()
         return self._attach_reactions(messages).select(list(MESSAGE_SCHEMA))
 
     def _attach_reactions(self, messages: pl.DataFrame) -> pl.DataFrame:
@@ -431,6 +521,7 @@ class IMessageStream(BlockReader):
             "orphans": f"iMessage - {{n:,}} messages with no chat, kept under {ORPHAN}",
             "unknown_handle": "iMessage - {n:,} messages from a handle that no longer exists",
             "undecodable": "iMessage - {n:,} attributedBody blobs yielded no text",
+            "date_invalid": "iMessage - {n:,} messages with a missing or impossible date, kept without a time",
         })
         log.info(
             "iMessage - read %s rows into %s messages and %s chats in %.2f s",
