@@ -105,17 +105,25 @@ def test_hnsw_used_for_unfiltered_queries_after_reopen(indexed):
 
 
 @pytest.mark.parametrize(
-    ("text", "extra"),
+    ("text", "region", "extra"),
     [
-        ("+90 532 123 45 67", "905321234567 5321234567 1234567"),  # phone: full, last 10, last 7
-        ("(415) 555-0100", "4155550100 5550100"),  # US formatting
-        ("at 5 pm", ""),  # short numbers are left to the tokenizer
-        ("東京駅", "東京 京駅"),  # CJK bigrams
-        ("", ""),  # nothing
+        # phone: digits as typed = E.164 digits, national number, national form with trunk 0;
+        # no last-7 / last-10 suffixes (they match other countries' numbers)
+        ("+90 532 123 45 67", "US", "905321234567 5321234567 05321234567"),
+        ("0532 123 45 67", "TR", "05321234567 905321234567 5321234567"),  # national, with its region
+        ("0532 123 45 67", "US", "05321234567"),  # not a US number: only its digits
+        ("(415) 555-0100", "US", "4155550100 14155550100"),  # US formatting
+        ("at 5 pm", "US", ""),  # short numbers are left to the tokenizer
+        ("東京駅", "US", "東京 京駅"),  # CJK bigrams
+        ("party🎉🎉", "US", "emoji1f389"),  # emoji glued to a word, one token per distinct emoji
+        ("👍🏽 👍", "US", "emoji1f44d"),  # a skin tone is the same emoji
+        ("👨\u200d👩\u200d👧 🇹🇷", "US", "emoji1f468x1f469x1f467 emoji1f1f9x1f1f7"),  # ZWJ family, flag
+        ("❤️", "US", "emoji2764"),  # variation selector dropped
+        ("", "US", ""),  # nothing
     ],
 )
-def test_lexical_extra(text, extra):
-    assert index.lexical_extra(text) == extra
+def test_lexical_extra(text, region, extra):
+    assert index.lexical_extra(text, region) == extra
 
 
 def test_build_without_store_and_bad_metric():

@@ -9,19 +9,32 @@ character outside a-z, so digits, Turkish, Arabic, CJK and words glued to emoji 
 keep letters, digits and marks of every script (``[^\\p{L}\\p{N}\\p{M}]+`` is the separator),
 lower-case, fold accents (``strip_accents=1``: "görüşürüz" is found by "görüşürüz" *and* by
 "gorusuruz", vowelled and unvowelled Arabic match), and do not stem (multilingual text).
-Two things a tokenizer cannot do are added as an extra indexed column, ``lexical_extra``,
-computed by :func:`lexical_extra` for documents and queries alike:
+What a tokenizer cannot do is added as an extra indexed column, ``lexical_extra``, computed
+by :func:`lexical_extra` for documents and queries alike (:func:`fts_query_text`):
 
-* phone numbers typed with separators ("+90 532 123 45 67") also become their digit string,
-  last ten and last seven digits ("905321234567 5321234567 1234567");
-* runs of CJK / kana / Hangul, written without spaces, also become character bigrams.
+* phone numbers, however typed ("+90 532 123 45 67", "0532 123 45 67"), also become their
+  digits as typed, their E.164 digits and their national forms, with and without the trunk
+  prefix ("905321234567 5321234567 05321234567"), parsed as ``core.handles`` does with the
+  default region for numbers without a country code. Never a last-7 or last-10 suffix: those
+  match other people's numbers in other countries;
+* runs of CJK / kana / Hangul, written without spaces, also become character bigrams;
+* emoji, which the separator pattern drops, become word-like tokens: ``🎉`` -> ``emoji1f389``.
+  A sequence is one token: skin tones and variation selectors are dropped (👍🏽 is 👍),
+  ZWJ sequences, flags and tag sequences keep their parts (👨‍👩‍👧 -> ``emoji1f468x1f469x1f467``),
+  so a query with 🎉 finds the chunks with 🎉 (tapback marks in a chunk's lines count too).
+
+Before any of this, chunk texts drop control and in-word zero-width characters
+(``core.chunking.findable_text``; queries go through it too), and long messages are continued
+on further lines, never cut, so all of a message is indexed.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import time
+import unicodedata
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -49,11 +62,18 @@ REBUILD_HINT = "run `brb ingest` (or `brb reindex`) to rebuild it"
 
 _PHONE_RE = re.compile(r"\+?\d(?:[ \-.()/]{0,2}\d){6,}")
 _NON_DIGIT_RE = re.compile(r"\D")
+# Where emoji live (pictographs, dingbats, arrows, misc symbols, regional indicators, ©, ®).
+_EMOJI_CLASS = "[\u00a9\u00ae\u203c\u2049\u2122-\u2bff\u3030\u303d\u3297\u3299\U0001f000-\U0001faff]"
+_EMOJI_RUN_RE = re.compile(
+    "[\U0001f1e6-\U0001f1ff]{2}|"  # a flag: two regional indicators
+    + _EMOJI_CLASS + "(?:[\ufe0e\ufe0f\U0001f3fb-\U0001f3ff\U000e0020-\U000e007f\u20e3]|\u200d" + _EMOJI_CLASS + ")*"
+)
+_EMOJI_DROP = {0xFE0E, 0xFE0F, 0x200D, *range(0x1F3FB, 0x1F400)}  # presentation, joiner, skin tones
 # Hiragana, katakana, CJK unified ideographs (+ext A, compat) and Hangul syllables.
 _CJK_CLASS = "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]"
 _CJK_RE = re.compile(_CJK_CLASS + "{2,}")
 #: Cheap pre-filter (valid for Python re and Rust regex/polars): texts that may need extras.
-LEXICAL_EXTRA_CANDIDATE = r"\d[ \-.()/]{0,2}\d[ \-.()/]{0,2}\d|" + _CJK_CLASS + "{2}"
+LEXICAL_EXTRA_CANDIDATE = r"\d[ \-.()/]{0,2}\d[ \-.()/]{0,2}\d|" + _CJK_CLASS + "{2}|" + _EMOJI_CLASS
 
 
 @dataclass
@@ -66,34 +86,71 @@ class IndexReport:
     params: dict = field(default_factory=dict)
 
 
-def lexical_extra(text: str | None) -> str:
-    """Extra tokens that make phone numbers and CJK text findable (see the module docstring).
+def lexical_extra(text: str | None, region: str = "US") -> str:
+    """Extra tokens that make phone numbers, CJK text and emoji findable (module docstring).
 
     Args:
         text: a chunk's content or a query.
+        region: ISO 3166 region for numbers typed without a country code (the settings'
+            ``default_region``); documents and queries must use the same one.
 
     Returns:
-        Space-separated tokens; ``""`` when the text has no phone-like number or CJK run.
+        Space-separated tokens; ``""`` when the text has no phone-like number, CJK run or emoji.
     """
     if not text:
         return ""
     out: list[str] = []
     for m in _PHONE_RE.finditer(text):
-        digits = _NON_DIGIT_RE.sub("", m.group(0))
-        out.append(digits)
-        if len(digits) > 10:
-            out.append(digits[-10:])
-        if len(digits) > 7:
-            out.append(digits[-7:])
+        out.extend(_phone_tokens(m.group(0), region))
     for m in _CJK_RE.finditer(text):
         run = m.group(0)
         out.extend(run[i : i + 2] for i in range(len(run) - 1))
+    for m in _EMOJI_RUN_RE.finditer(text):
+        token = emoji_token(m.group(0))
+        if token:
+            out.append(token)
     return " ".join(dict.fromkeys(out))
 
 
-def fts_query_text(query: str) -> str:
-    """The string handed to ``match_bm25``: the query plus its :func:`lexical_extra` tokens."""
-    extra = lexical_extra(query)
+def emoji_token(seq: str) -> str | None:
+    """``"emoji1f468x1f469"`` for an emoji sequence (skin tones, VS16 and joiners dropped);
+    None when ``seq`` holds no symbol (a lone ``™``-range letterlike such as ℹ is a letter)."""
+    cps = []
+    for ch in seq:
+        cp = ord(ch)
+        if cp in _EMOJI_DROP:
+            continue
+        if not cps and unicodedata.category(ch) not in ("So", "Sm", "Po"):
+            return None  # ℹ, Ⓜ and other letter-like characters are already word characters
+        cps.append(f"{cp:x}")
+    return "emoji" + "x".join(cps) if cps else None
+
+
+@functools.lru_cache(maxsize=65536)
+def _phone_tokens(raw: str, region: str) -> tuple[str, ...]:
+    """Digits as typed, and for a number ``core.handles`` can parse its E.164 digits and its
+    national number with and without the trunk prefix."""
+    digits = _NON_DIGIT_RE.sub("", raw)
+    out = [digits]
+    from brb_pipeline.core.handles import normalize_handle  # phonenumbers only when a number is seen
+
+    e164 = normalize_handle(raw, region)
+    if e164 and e164.startswith("+"):
+        import phonenumbers
+
+        num = phonenumbers.parse(e164, None)
+        national = _NON_DIGIT_RE.sub("", phonenumbers.format_number(num, phonenumbers.PhoneNumberFormat.NATIONAL))
+        out += [e164[1:], phonenumbers.national_significant_number(num), national]
+    return tuple(dict.fromkeys(out))
+
+
+def fts_query_text(query: str, region: str = "US") -> str:
+    """The string handed to ``match_bm25``: the query cleaned like chunk texts, plus its
+    :func:`lexical_extra` tokens."""
+    from brb_pipeline.core.chunking import findable_text
+
+    query = findable_text(query)
+    extra = lexical_extra(query, region)
     return f"{query} {extra}" if extra else query
 
 
