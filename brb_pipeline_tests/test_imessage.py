@@ -49,9 +49,14 @@ CASES = [
     # attributedBody that decodes to nothing -> kept, flagged undecodable, no text
     ({}, lambda b, h, c: b.add_message(c, h, None, ts=T0, raw_body=b"\x00garbage\xff"),
      {"text": None, "text_source": "none", "undecodable": True}, {"undecodable": 1}),
-    # edited: stored text is the final text, edited=True
-    ({}, lambda b, h, c: b.add_message(c, h, "final", ts=T0, date_edited=T0 + timedelta(minutes=1)),
-     {"text": "final", "edited": True}, {"edited": 1}),
+    # edited, as macOS 13+ stores it: text NULL, the final version in attributedBody, every
+    # version in message_summary_info -> the final text, edited=True
+    ({}, lambda b, h, c: b.add_edited_message(c, h, [("first try", T0), ("final", T0 + timedelta(minutes=1))]),
+     {"text": "final", "edited": True, "text_source": "attributed_body"}, {"edited": 1}),
+    # edited, the final version only in the history (no attributedBody) -> recovered from it
+    ({}, lambda b, h, c: b.add_edited_message(c, h, [("first try", T0), ("final", T0 + timedelta(minutes=1))],
+                                              body=False),
+     {"text": "final", "edited": True, "text_source": "edit_history"}, {"edited": 1, "from_edit_history": 1}),
     # unsent (retracted, no text, no attachment) -> dropped and counted
     ({}, lambda b, h, c: b.add_message(c, 0, None, ts=T0, is_from_me=True, date_retracted=T0, date_edited=T0),
      None, {"unsent_dropped": 1, "messages": 0}),

@@ -369,7 +369,8 @@ class ChatDbBuilder:
         ``message_summary_info`` is a binary plist with ``ec`` (edited content: part index ->
         every version of that part, oldest first, each ``{"d": seconds since 2001, "t":
         attributedBody typedstream}``), ``ep`` (edited part indices), ``otr`` (original text
-        range per part) and ``rp`` (retracted part indices) when some part was unsent.
+        range per part) and ``rp`` (retracted part indices, ``date_retracted`` set) when some
+        part was unsent.
 
         Args:
             versions: ``(text, when)`` of the original (sent at ``when``) then of each edit.
@@ -382,8 +383,9 @@ class ChatDbBuilder:
             "ep": [0],
             "otr": {"0": {"lo": 0, "le": len(first_text.encode("utf-16-le")) // 2}},
         }
-        if retracted_parts:
+        if retracted_parts:  # Messages stamps date_retracted when a part is unsent
             info["rp"] = list(retracted_parts)
+            kwargs.setdefault("date_retracted", last_ts)
         return self.add_message(
             chat, handle, None, ts=first_ts, raw_body=self._body(final_text) if body else None,
             date_edited=last_ts if len(versions) > 1 else None,
