@@ -3,6 +3,7 @@ give exactly what the whole-archive frames give (real chat.db / WhatsApp stores 
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 from datetime import datetime, timezone
 from pathlib import Path
@@ -151,6 +152,9 @@ def test_forgotten_contacts_are_filtered_block_by_block(tmp_path, demo_archive_s
             contacts.filter(pl.col("kind") == "group")["contact_id"][0]]
     forget_contacts(s, gone)  # removes the snapshot too: the next run takes a new one
     ingest.run_snapshot(s)
+    # run_snapshot deletes them from its copy; unscrubbed copies test the parse filter behind it
+    shutil.copyfile(demo_archive_small.chat_db, s.snapshot_dir / "chat.db")
+    shutil.copyfile(demo_archive_small.whatsapp_db, s.snapshot_dir / "ChatStorage.sqlite")
     meta = ingest.run_parse(s)
     msgs, chats = _whole_parse(s, demo_archive_small)
     assert meta["forgotten_messages_skipped"] > 0

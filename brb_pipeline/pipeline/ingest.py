@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +23,7 @@ from brb_pipeline.core.records import CHAT_SCHEMA, MESSAGE_SCHEMA, UNKNOWN_CONTA
 from brb_pipeline.core.stats import contact_stats
 from brb_pipeline.pipeline import paths
 from brb_pipeline.pipeline.privacy import forgotten_rules
+from brb_pipeline.pipeline.scrub import scrub_snapshot
 from brb_pipeline.settings import Settings
 from brb_pipeline.sources.addressbook import read_addressbook
 from brb_pipeline.sources.imessage import IMessageStream
@@ -56,6 +58,12 @@ def run_snapshot(s: Settings, progress: Progress | None = None) -> dict[str, Any
         addressbook_dir=s.addressbook_dir,
         whatsapp_db=s.whatsapp_db if s.whatsapp_enabled else None,
     )
+    try:  # the copy is ours: forgotten people are deleted from it before anything reads it
+        scrub_snapshot(s, {"chat_db": snap.chat_db, "addressbook_files": snap.addressbook_files,
+                           "whatsapp_db": snap.whatsapp_db})
+    except BaseException:
+        shutil.rmtree(snap.root, ignore_errors=True)
+        raise
     manifest = _jsonable(dataclasses.asdict(snap)) if dataclasses.is_dataclass(snap) else dict(snap)
     manifest["channels"] = s.channels()
     manifest["taken_at"] = time.time()
@@ -112,11 +120,12 @@ def run_parse(s: Settings, progress: Progress | None = None, cancel: Cancel | No
                     if keep is not None:
                         kept = block.filter(keep)
                         tally.forgotten += block.height - kept.height
-                        block = kept
+                        block = rules.scrub_reactions(kept)
                     tally.add(block)
                     write(block)
                 result = stream.result()
-            chats.append(result.chats.filter(~pl.col("chat_id").is_in(list(gone))) if gone else result.chats)
+            chats.append(rules.scrub_chats(result.chats.filter(~pl.col("chat_id").is_in(list(gone)))) if rules
+                         else result.chats)
             for k, v in result.stats.items():
                 stats[k] = stats.get(k, 0) + int(v)
             warnings.extend(result.warnings)

@@ -1,0 +1,122 @@
+"""Rewrite ``brb.duckdb`` into a fresh file without some contacts' rows.
+
+A DuckDB ``DELETE`` only marks rows: the deleted texts and vectors stay in the file's row groups
+(compressed or not) until the table is rewritten, and ``pragma_storage_info`` still counts them.
+Forgetting a person therefore copies the kept rows into a new file, rebuilds both indexes there
+and swaps the new file in with one rename, so the old blocks leave the home with the old file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from brb_pipeline.core import duck
+from brb_pipeline.core import index as index_mod
+from brb_pipeline.core.duck import META_DDL, get_meta, table_exists
+from brb_pipeline.core.store import _table_ddl  # the store's own DDL: one owner for the table
+
+log = logging.getLogger(__name__)
+
+_NEW = "brb_compact"
+
+
+def _sidecars(path: Path) -> list[Path]:
+    return [path.with_name(path.name + ".wal"), path.with_name(path.name + ".tmp")]
+
+
+def compact_without(path: Path, contact_ids: Iterable[str]) -> int:
+    """Replace the store at ``path`` by a fresh copy without the chunks of ``contact_ids``.
+
+    The ``chunks`` rows that are kept and the ``meta`` table are copied into ``<path>.compact``;
+    the HNSW and BM25 indexes that existed are rebuilt there with the same parameters; the file
+    is checkpointed, closed and renamed over ``path``, and a leftover ``<path>.wal`` removed. A
+    failure before the rename leaves the old store as it was (the half-written copy is removed).
+
+    Args:
+        path: ``brb.duckdb``.
+        contact_ids: contacts whose chunks are dropped.
+
+    Returns:
+        Chunks dropped.
+    """
+    path = Path(path)
+    doomed = sorted(set(contact_ids))
+    new = path.with_name(path.name + ".compact")
+    for p in [new, *_sidecars(new)]:
+        p.unlink(missing_ok=True)
+    con = duck.connect(path, read_only=True)
+    try:
+        if not table_exists(con, "chunks"):
+            con.close()
+            con = None
+            return 0
+        dim = int(get_meta(con, "dim") or _stored_dim(con))
+        had_hnsw, had_fts = index_mod.hnsw_present(con), index_mod.fts_present(con)
+        hnsw = dict(get_meta(con, "hnsw") or {})
+        cols = [r[0] for r in con.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() "
+            "AND schema_name = 'main' AND table_name = 'chunks' ORDER BY column_index").fetchall()]
+        collist = ", ".join(f'"{c}"' for c in cols)
+        con.execute(f"ATTACH {duck._literal(str(new))} AS {_NEW}")
+        con.execute(f"USE {_NEW}")
+        con.execute(_table_ddl(dim))
+        con.execute(META_DDL)
+        before = int(con.execute(f"SELECT count(*) FROM {duck.CATALOG}.main.chunks").fetchone()[0])
+        con.execute(
+            f"INSERT INTO chunks ({collist}) SELECT {collist} FROM {duck.CATALOG}.main.chunks "
+            "WHERE contact_id IS NULL OR contact_id NOT IN (SELECT unnest(?::VARCHAR[]))", [doomed])
+        kept = int(con.execute("SELECT count(*) FROM chunks").fetchone()[0])
+        if table_exists_in(con, duck.CATALOG, "meta"):
+            # index facts are written again by the rebuilds below
+            con.execute(f"INSERT INTO meta SELECT * FROM {duck.CATALOG}.main.meta WHERE key NOT IN ('hnsw', 'fts')")
+        con.execute("CHECKPOINT")
+        con.execute(f"USE {duck.CATALOG}")
+        con.execute(f"DETACH {_NEW}")
+    except BaseException:
+        if con is not None:
+            con.close()
+        for p in [new, *_sidecars(new)]:
+            p.unlink(missing_ok=True)
+        raise
+    con.close()
+    try:
+        con = duck.connect(new)
+        try:
+            if kept and had_hnsw:
+                index_mod.build_hnsw(con, m=hnsw.get("m", 16), ef_construction=hnsw.get("ef_construction", 128),
+                                     metric=hnsw.get("metric", "cosine"))
+            if kept and had_fts:
+                index_mod.build_fts(con)
+            con.execute("CHECKPOINT")
+        finally:
+            con.close()
+    except BaseException:
+        for p in [new, *_sidecars(new)]:
+            p.unlink(missing_ok=True)
+        raise
+    os.replace(new, path)
+    for p in [*_sidecars(path), *_sidecars(new)]:
+        p.unlink(missing_ok=True)
+    log.info("Saving - store rewritten without %d chunks (%d kept)", before - kept, kept)
+    return before - kept
+
+
+def table_exists_in(con, catalog: str, name: str) -> bool:
+    row = con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE database_name = ? AND schema_name = 'main' AND table_name = ?",
+        [catalog, name],
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def _stored_dim(con) -> int:
+    import re
+
+    typ = con.execute(
+        "SELECT data_type FROM duckdb_columns() WHERE database_name = current_database() "
+        "AND table_name = 'chunks' AND column_name = 'embedding'"
+    ).fetchone()[0]
+    return int(re.search(r"\[(\d+)\]", typ).group(1))

@@ -1,0 +1,253 @@
+"""Remove forgotten people from the snapshot copies, right after each snapshot is taken.
+
+The snapshot is brb's own copy of the sources (the sources themselves are never written), so a
+forgotten person is deleted from it as from any store: their messages (and tapbacks on them),
+their handles and chat joins, their attachment rows, their direct chats and forgotten group
+chats, and every AddressBook card holding one of their handles; with ``secure_delete`` and a
+``VACUUM`` so the copy keeps no free page with their rows. Triggers of the copy are dropped
+first: chat.db's call functions only the Messages app registers, and the copy needs none.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from brb_pipeline.core.handles import normalize_handle
+from brb_pipeline.pipeline.privacy import ForgottenRules, forgotten_rules, migrate_legacy
+from brb_pipeline.settings import Settings
+from brb_pipeline.sources.imessage import parent_guid
+
+log = logging.getLogger("brb")
+
+
+def scrub_snapshot(s: Settings, snapshot: dict[str, Any]) -> dict[str, int]:
+    """Delete the forgotten people from the snapshot described by ``snapshot`` (the manifest
+    of :func:`brb_pipeline.pipeline.ingest.run_snapshot`).
+
+    Returns:
+        Counts (no names, no text): messages, chats, handles and AddressBook cards removed.
+    """
+    rules = forgotten_rules(s)
+    counts = {"messages": 0, "chats": 0, "handles": 0, "cards": 0}
+    if rules is None:
+        return counts
+    if rules.salt is not None:  # older home: re-key the digests of what this snapshot shows
+        seen_h, seen_c = _seen(snapshot, s.default_region)
+        migrate_legacy(s, rules, seen_h, seen_c)
+    if snapshot.get("chat_db"):
+        _add(counts, _scrub_chatdb(Path(snapshot["chat_db"]), rules, s.default_region))
+    for ab in snapshot.get("addressbook_files") or []:
+        counts["cards"] += _scrub_addressbook(Path(ab), rules, s.default_region)
+    if snapshot.get("whatsapp_db"):
+        _add(counts, _scrub_whatsapp(Path(snapshot["whatsapp_db"]), rules, s.default_region))
+    if any(counts.values()):
+        log.info("Snapshot - forgotten people removed from the copy: %d messages, %d chats, %d handles, %d cards",
+                 counts["messages"], counts["chats"], counts["handles"], counts["cards"])
+    return counts
+
+
+def _add(counts: dict[str, int], more: dict[str, int]) -> None:
+    for k, v in more.items():
+        counts[k] = counts.get(k, 0) + v
+
+
+def _seen(snapshot: dict[str, Any], region: str) -> tuple[set[str], set[str]]:
+    handles: set[str] = set()
+    chats: set[str] = set()
+    if snapshot.get("chat_db"):
+        con = _open(Path(snapshot["chat_db"]))
+        try:
+            handles |= {normalize_handle(r, region) for (r,) in con.execute("SELECT id FROM handle")} - {None}
+            chats |= {f"imessage:{g}" for (g,) in con.execute("SELECT guid FROM chat")}
+        finally:
+            con.close()
+    if snapshot.get("whatsapp_db"):
+        con = _open(Path(snapshot["whatsapp_db"]))
+        try:
+            for (jid,) in con.execute("SELECT ZCONTACTJID FROM ZWACHATSESSION WHERE ZCONTACTJID IS NOT NULL"):
+                chats.add(f"whatsapp:{jid}")
+                handles.add(normalize_handle(jid, region))
+            handles |= {normalize_handle(j, region) for (j,) in con.execute(
+                "SELECT ZMEMBERJID FROM ZWAGROUPMEMBER WHERE ZMEMBERJID IS NOT NULL")}
+        finally:
+            con.close()
+    return handles - {None}, chats
+
+
+def _open(path: Path) -> sqlite3.Connection:
+    con = sqlite3.connect(path, isolation_level=None)
+    con.execute("PRAGMA secure_delete = ON")
+    return con
+
+
+def _tables(con: sqlite3.Connection) -> dict[str, set[str]]:
+    names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    return {t: {r[1] for r in con.execute(f'PRAGMA table_info("{t}")')} for t in names}
+
+
+def _drop_triggers(con: sqlite3.Connection) -> None:
+    for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+        con.execute(f'DROP TRIGGER IF EXISTS "{name}"')
+
+
+def _delete_in(con: sqlite3.Connection, table: str, column: str, ids: set[int] | set[str]) -> int:
+    if not ids:
+        return 0
+    con.execute("CREATE TEMP TABLE IF NOT EXISTS _gone (v)")
+    con.execute("DELETE FROM _gone")
+    con.executemany("INSERT INTO _gone VALUES (?)", [(v,) for v in ids])
+    return con.execute(f'DELETE FROM "{table}" WHERE "{column}" IN (SELECT v FROM _gone)').rowcount
+
+
+def _finish(con: sqlite3.Connection) -> None:
+    con.execute("COMMIT")
+    con.execute("DROP TABLE IF EXISTS temp._gone")
+    con.execute("VACUUM")
+    con.close()
+
+
+def _scrub_chatdb(path: Path, rules: ForgottenRules, region: str) -> dict[str, int]:
+    con = _open(path)
+    try:
+        cols = _tables(con)
+        gone_h = {rid for rid, raw in con.execute("SELECT ROWID, id FROM handle")
+                  if rules.is_handle(normalize_handle(raw, region))}
+        parts: dict[int, set[int]] = {}
+        for chat, hid in con.execute("SELECT chat_id, handle_id FROM chat_handle_join"):
+            parts.setdefault(chat, set()).add(hid)
+        style = "style" if "style" in cols["chat"] else "NULL"
+        gone_c = set()
+        for rid, guid, st in con.execute(f"SELECT ROWID, guid, {style} FROM chat"):
+            p = parts.get(rid, set())
+            direct = st != 43 and len(p) <= 1
+            if (direct and p & gone_h) or rules.is_chat(f"imessage:{guid}"):
+                gone_c.add(rid)
+        if not gone_h and not gone_c:
+            con.close()
+            return {}
+        doomed: set[int] = set()
+        if gone_c:
+            q = ",".join("?" * len(gone_c))
+            doomed |= {m for (m,) in con.execute(f"SELECT message_id FROM chat_message_join WHERE chat_id IN ({q})",
+                                                 sorted(gone_c))}
+        if gone_h:
+            q = ",".join("?" * len(gone_h))
+            doomed |= {m for (m,) in con.execute(
+                f"SELECT ROWID FROM message WHERE is_from_me = 0 AND handle_id IN ({q})", sorted(gone_h))}
+        # tapbacks on their messages quote the message ("Loved “...”"): they go with it
+        if "associated_message_guid" in cols["message"] and doomed:
+            guids = {g for rid, g in con.execute("SELECT ROWID, guid FROM message") if rid in doomed}
+            doomed |= {rid for rid, a in con.execute(
+                "SELECT ROWID, associated_message_guid FROM message WHERE associated_message_guid IS NOT NULL")
+                if parent_guid(a) in guids}
+        _drop_triggers(con)
+        con.execute("BEGIN")
+        if "message_attachment_join" in cols and "attachment" in cols:
+            atts = set()
+            for mid, aid in con.execute("SELECT message_id, attachment_id FROM message_attachment_join"):
+                if mid in doomed:
+                    atts.add(aid)
+            _delete_in(con, "message_attachment_join", "message_id", doomed)
+            still = {a for (a,) in con.execute("SELECT attachment_id FROM message_attachment_join")}
+            _delete_in(con, "attachment", "ROWID", atts - still)
+        for t in ("chat_message_join", "chat_recoverable_message_join", "recoverable_message_part"):
+            if t in cols:
+                _delete_in(con, t, "message_id", doomed)
+                _delete_in(con, t, "chat_id", gone_c)
+        n_msg = _delete_in(con, "message", "ROWID", doomed)
+        for col in ("handle_id", "other_handle"):  # kept messages no longer point at a removed handle
+            if col in cols["message"] and gone_h:
+                con.execute("CREATE TEMP TABLE IF NOT EXISTS _gone (v)")
+                con.execute("DELETE FROM _gone")
+                con.executemany("INSERT INTO _gone VALUES (?)", [(v,) for v in gone_h])
+                con.execute(f"UPDATE message SET {col} = 0 WHERE {col} IN (SELECT v FROM _gone)")
+        _delete_in(con, "chat_handle_join", "handle_id", gone_h)
+        _delete_in(con, "chat_handle_join", "chat_id", gone_c)
+        n_chat = _delete_in(con, "chat", "ROWID", gone_c)
+        n_h = _delete_in(con, "handle", "ROWID", gone_h)
+        _finish(con)
+    except BaseException:
+        con.close()
+        raise
+    return {"messages": n_msg, "chats": n_chat, "handles": n_h}
+
+
+#: AddressBook columns pointing at the card (``ZABCDRECORD.Z_PK``) a row belongs to.
+_OWNER_COLUMNS = ("ZOWNER", "ZCONTACT")
+
+
+def _scrub_addressbook(path: Path, rules: ForgottenRules, region: str) -> int:
+    con = _open(path)
+    try:
+        cols = _tables(con)
+        if "ZABCDRECORD" not in cols:
+            con.close()
+            return 0
+        owners = set()
+        for table, col in (("ZABCDPHONENUMBER", "ZFULLNUMBER"), ("ZABCDEMAILADDRESS", "ZADDRESS"),
+                           ("ZABCDMESSAGINGADDRESS", "ZADDRESS")):
+            if table in cols and {"ZOWNER", col} <= cols[table]:
+                owners |= {o for o, v in con.execute(f'SELECT ZOWNER, "{col}" FROM "{table}"')
+                           if o is not None and v and rules.is_handle(normalize_handle(v, region))}
+        if not owners:
+            con.close()
+            return 0
+        _drop_triggers(con)
+        con.execute("BEGIN")
+        for table, tcols in cols.items():
+            if table == "ZABCDRECORD":
+                continue
+            for col in tcols:
+                if col in _OWNER_COLUMNS or (table.startswith("Z_") and col.endswith("CONTACTS")):
+                    _delete_in(con, table, col, owners)
+        n = _delete_in(con, "ZABCDRECORD", "Z_PK", owners)
+        _finish(con)
+    except BaseException:
+        con.close()
+        raise
+    return n
+
+
+def _scrub_whatsapp(path: Path, rules: ForgottenRules, region: str) -> dict[str, int]:
+    con = _open(path)
+    try:
+        cols = _tables(con)
+        gone_s, jids = set(), set()
+        for pk, jid, kind in con.execute("SELECT Z_PK, ZCONTACTJID, ZSESSIONTYPE FROM ZWACHATSESSION"):
+            if jid and ((kind == 0 and rules.is_handle(normalize_handle(jid, region))) or rules.is_chat(f"whatsapp:{jid}")):
+                gone_s.add(pk)
+                if kind == 0:
+                    jids.add(jid)
+        members = set()
+        for pk, jid in con.execute("SELECT Z_PK, ZMEMBERJID FROM ZWAGROUPMEMBER"):
+            if jid and rules.is_handle(normalize_handle(jid, region)):
+                members.add(pk)
+                jids.add(jid)
+        if not gone_s and not members:
+            con.close()
+            return {}
+        doomed = set()
+        for pk, sess, gm, me, frm in con.execute(
+                "SELECT Z_PK, ZCHATSESSION, ZGROUPMEMBER, ZISFROMME, ZFROMJID FROM ZWAMESSAGE"):
+            if sess in gone_s or gm in members or (not me and frm and rules.is_handle(normalize_handle(frm, region))):
+                doomed.add(pk)
+        _drop_triggers(con)
+        con.execute("BEGIN")
+        if "ZWAMEDIAITEM" in cols:
+            _delete_in(con, "ZWAMEDIAITEM", "ZMESSAGE", doomed)
+        n_msg = _delete_in(con, "ZWAMESSAGE", "Z_PK", doomed)
+        if "ZWAGROUPINFO" in cols:
+            _delete_in(con, "ZWAGROUPINFO", "ZCHATSESSION", gone_s)
+        _delete_in(con, "ZWAGROUPMEMBER", "Z_PK", members)
+        _delete_in(con, "ZWAGROUPMEMBER", "ZCHATSESSION", gone_s)
+        if "ZWAPROFILEPUSHNAME" in cols:
+            _delete_in(con, "ZWAPROFILEPUSHNAME", "ZJID", jids)
+        n_chat = _delete_in(con, "ZWACHATSESSION", "Z_PK", gone_s)
+        _finish(con)
+    except BaseException:
+        con.close()
+        raise
+    return {"messages": n_msg, "chats": n_chat, "handles": len(members)}

@@ -1,0 +1,167 @@
+"""`brb forget` and `brb delete-all` checked on bytes: every file under the home, raw and through
+its own reader (SQLite, DuckDB, Parquet), for a forgotten person's phrases, name and handles.
+
+One demo archive, one home, real `brb` subprocesses (hash embedder). The person has a direct
+chat and writes in group chats, so their lines must go from shared conversations too. The scan
+is shown to work first: before `forget` it finds the person everywhere, and plain deletes (no
+secure_delete, no VACUUM, no store rewrite) leave them in the bytes where readers no longer see
+them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from brb_pipeline.demo.generate import build_demo_archive
+from brb_pipeline.sources.imessage import read_imessage
+from brb_pipeline_tests.bytescan import scan, summary
+from brb_pipeline_tests.test_cli import ENV, brb
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """An ingested home, the person to forget, what to look for, and copies of the stores."""
+    root = tmp_path_factory.mktemp("forget_bytes")
+    archive = build_demo_archive(root / "archive", messages=700, seed=21)
+    env = {**ENV, "BRB_KEY_DIR": str(root / "keys")}
+    home = root / "home"
+    r = brb("ingest", "--chat-db", str(archive.chat_db), "--addressbook", str(archive.addressbook_dir),
+            "--progress", "none", home=home, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    person = _pick_person(home, archive)
+    needles = _needles(archive, person)
+    before = root / "before"  # brb.db and brb.duckdb as they were, for the plain-delete checks
+    before.mkdir()
+    for name in ("brb.db", "brb.db-wal", "brb.duckdb"):
+        if (home / name).exists():
+            shutil.copyfile(home / name, before / name)
+    return {"root": root, "archive": archive, "env": env, "home": home, "person": person,
+            "needles": needles, "before": before}
+
+
+def _pick_person(home: Path, archive) -> dict:
+    """The busiest named person who has a direct chat and writes in a group chat."""
+    msgs = read_imessage(archive.chat_db).messages
+    group_senders = set(msgs.filter(pl.col("chat_id").str.contains(";+;", literal=True)
+                                    & (pl.col("text").str.len_chars() >= 16))
+                        .group_by("sender").len().filter(pl.col("len") >= 2)["sender"].drop_nulls().to_list())
+    con = sqlite3.connect(home / "brb.db")
+    rows = con.execute("SELECT contact_id, display_name, kind, handles_json FROM contacts ORDER BY rank").fetchall()
+    con.close()
+    for cid, name, kind, handles in rows:
+        hs = json.loads(handles)
+        if kind == "direct" and cid.startswith("c:") and set(hs) & group_senders:
+            return {"contact_id": cid, "name": name, "handles": sorted(hs)}
+    raise AssertionError("the demo archive has no named person writing in a group chat")
+
+
+def _needles(archive, person: dict) -> list[str]:
+    """Name, handles in the forms stored, and distinctive texts: three of the direct chat and
+    two of their lines in group chats, each found in no message that is kept."""
+    msgs = read_imessage(archive.chat_db).messages.filter(pl.col("text").str.len_chars() >= 16)
+    handles = person["handles"]
+    direct = msgs.filter(pl.col("chat_id").str.ends_with(";-;" + handles[0]))
+    in_groups = msgs.filter(pl.col("sender").is_in(handles) & pl.col("chat_id").str.contains(";+;", literal=True))
+    kept = msgs.filter(~pl.col("chat_id").str.ends_with(";-;" + handles[0]) & ~pl.col("sender").fill_null("").is_in(handles))
+    kept_text = "\n".join(kept["text"].to_list()).lower()
+
+    def distinctive(frame: pl.DataFrame, n: int) -> list[str]:
+        out = [t for t in frame.sort(pl.col("text").str.len_chars(), descending=True)["text"].to_list()
+               if t.lower() not in kept_text][:n]
+        assert len(out) == n, "not enough distinctive texts"
+        return out
+
+    phones = []
+    for h in handles:
+        if h.startswith("+1") and len(h) == 12:  # the forms a US number is typed in
+            d = h[2:]
+            phones += [h, d, f"{d[:3]}-{d[3:6]}-{d[6:]}", f"({d[:3]}) {d[3:6]}-{d[6:]}"]
+        else:
+            phones.append(h)
+    return [person["name"], *phones, *distinctive(direct, 3), *distinctive(in_groups, 2)]
+
+
+def test_the_scan_finds_the_person_before_forget(world):
+    found = scan(world["home"], world["needles"])
+    files = {f.path.split("/")[0] for f in found}
+    # everywhere brb keeps data: both stores, staging, the snapshot
+    assert {"brb.db", "brb.duckdb", "staging", "snapshot"} <= files, summary(found)
+    # each kind of needle is found: name, a handle, a direct-chat phrase, a group-chat line
+    needles = world["needles"]
+    assert {needles[0], needles[1], needles[-4], needles[-1]} <= {f.needle for f in found}, summary(found)
+
+
+def test_plain_deletes_leave_the_person_in_the_bytes(world, tmp_path):
+    """What `forget` must do more than delete: a plain DELETE leaves the rows in the files, where
+    only the raw-bytes scan sees them (this is the scan failing on purpose)."""
+    from brb_pipeline.core import duck
+
+    for name in ("brb.db", "brb.db-wal", "brb.duckdb"):
+        if (world["before"] / name).exists():
+            shutil.copyfile(world["before"] / name, tmp_path / name)
+    person, needles = world["person"], world["needles"]
+    con = duck.connect(tmp_path / "brb.duckdb")
+    # their chunks and every chunk quoting them (their lines and name in group chats)
+    con.execute("DELETE FROM chunks WHERE contact_id = ? OR list_bool_or([contains(lower(content), lower(n)) "
+                "FOR n IN ?::VARCHAR[]]) OR list_bool_or([contains(lower(embedding_text), lower(n)) FOR n IN ?::VARCHAR[]])", [person["contact_id"], needles, needles])
+    con.execute("CHECKPOINT")
+    con.close()
+    db = sqlite3.connect(tmp_path / "brb.db")
+    db.execute("PRAGMA secure_delete = OFF")
+    db.execute("DELETE FROM contacts WHERE display_name LIKE ? OR handles_json LIKE ?",
+               (f"%{person['name']}%", f"%{person['handles'][0]}%"))
+    db.execute("DELETE FROM clusters")
+    db.execute("DELETE FROM search_log") if db.execute(
+        "SELECT 1 FROM sqlite_master WHERE name = 'search_log'").fetchone() else None
+    db.commit()
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.close()
+    found = scan(tmp_path, needles)
+    readers = [f for f in found if f.where != "bytes"]
+    raw = {f.path for f in found if f.where == "bytes"}
+    # the readers see nothing of the person any more ...
+    assert not [f for f in readers if f.path in ("brb.duckdb", "brb.db")], summary(readers)
+    # ... but the bytes still hold them: deleted DuckDB rows and SQLite free pages
+    assert {"brb.duckdb", "brb.db"} <= raw, summary(found)
+
+
+def test_forget_reingest_and_delete_all_leave_no_trace(world):
+    home, env, person, needles = world["home"], world["env"], world["person"], world["needles"]
+    archive = world["archive"]
+    r = brb("forget", "--contact", person["name"], "--yes", home=home, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert not (home / ".forget-salt").exists()
+    keys = list(Path(env["BRB_KEY_DIR"]).iterdir())
+    assert len(keys) == 1 and oct(keys[0].stat().st_mode & 0o777) == "0o600"
+    found = scan(home, needles)
+    assert not found, "after forget:\n" + summary(found)
+
+    # the next ingestion copies chat.db and the AddressBook again: the copy is scrubbed (the
+    # insights are left out to keep the test short: their inputs, the chunks, are scanned)
+    r = brb("ingest", "--chat-db", str(archive.chat_db), "--addressbook", str(archive.addressbook_dir),
+            "--progress", "none", "--no-insights", home=home, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    found = scan(home, needles)
+    assert not found, "after a re-ingest:\n" + summary(found)
+    # ... and the others are all still there
+    con = sqlite3.connect(home / "brb.db")
+    names = [n for (n,) in con.execute("SELECT display_name FROM contacts")]
+    con.close()
+    assert len(names) > 10 and person["name"] not in names
+    r = brb("search", "the", "--json", home=home, env=env)
+    assert r.returncode == 0 and '"hits"' in r.stdout, r.stderr[-2000:]
+
+    r = brb("delete-all", "--yes", home=home, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert scan(home, needles) == []
+    assert not home.exists() or list(home.iterdir()) == []
+    assert list(Path(env["BRB_KEY_DIR"]).iterdir()) == []  # the key is shredded with the home
+    assert archive.chat_db.exists()  # the source is never touched
+    os.sync()
