@@ -165,3 +165,51 @@ def test_forget_reingest_and_delete_all_leave_no_trace(world):
     assert list(Path(env["BRB_KEY_DIR"]).iterdir()) == []  # the key is shredded with the home
     assert archive.chat_db.exists()  # the source is never touched
     os.sync()
+
+
+def _legacy_home(tmp_path, monkeypatch, handle: str):
+    """A home forgotten before the keyed hash: a salted sha256 digest and the salt beside it."""
+    import hashlib
+
+    from brb_pipeline.core import metadata
+    from brb_pipeline.pipeline.privacy import FORGOTTEN_DDL
+    from brb_pipeline.settings import Settings
+
+    monkeypatch.setenv("BRB_KEY_DIR", str(tmp_path / "keys"))
+    s = Settings(home=tmp_path / "home")
+    s.home.mkdir()
+    salt = os.urandom(16)
+    (s.home / ".forget-salt").write_bytes(salt)
+    with metadata.connect(s.brb_db) as c:
+        c.execute(FORGOTTEN_DDL)
+        c.execute("INSERT INTO forgotten VALUES ('handle', ?)", (hashlib.sha256(salt + handle.encode()).hexdigest(),))
+    return s
+
+
+def test_a_salted_home_is_rekeyed_when_the_handle_is_seen_again(tmp_path, monkeypatch):
+    from brb_pipeline.pipeline.privacy import forgotten_rules, migrate_legacy
+
+    s = _legacy_home(tmp_path, monkeypatch, "+16175550000")
+    rules = forgotten_rules(s)
+    assert rules.is_handle("+16175550000") and not rules.is_handle("+16175550001")  # still read with the salt
+    assert migrate_legacy(s, rules, {"+16175550000", "+16175550001"}, set()) == 1
+    assert not (s.home / ".forget-salt").exists()  # no salted digest left: the salt goes
+    con = sqlite3.connect(s.brb_db)
+    digests = [d for (k, d) in con.execute("SELECT kind, digest FROM forgotten") if k == "handle"]
+    con.close()
+    assert len(digests) == 1 and digests[0].startswith("hmac:")
+    assert forgotten_rules(s).is_handle("+16175550000")  # read with the key from now on
+
+
+def test_a_lost_key_is_an_error_not_a_silent_resurrection(tmp_path, monkeypatch):
+    from brb_pipeline.core.errors import BrbError
+    from brb_pipeline.pipeline.privacy import forgotten_rules, key_file, migrate_legacy
+
+    s = _legacy_home(tmp_path, monkeypatch, "+16175550000")
+    migrate_legacy(s, forgotten_rules(s), {"+16175550000"}, set())
+    key_file(s).unlink()
+    with pytest.raises(BrbError, match="forget key .* is missing"):
+        forgotten_rules(s)
+    key_file(s).write_text(os.urandom(32).hex())  # another key: its check digest does not match
+    with pytest.raises(BrbError, match="not the one it was made with"):
+        forgotten_rules(s)
