@@ -1,5 +1,8 @@
-"""Schedule and sensors: re-ingest on a cron (off by default) or when chat.db changes, then chain
-the changed batches and the finalize job, so the UI path is as incremental as `brb ingest`."""
+"""Schedule and sensors: re-ingest on a cron or when chat.db changes, then chain the changed
+batches and the finalize job, so the UI path is as incremental as `brb ingest`.
+
+All of them are off by default (nothing ingests because the UI was opened); a user turns them on
+in the Dagster UI under Automation, and the instance remembers it."""
 
 import dagster as dg
 
@@ -27,8 +30,9 @@ def reingest_schedule(ingest_job) -> dg.ScheduleDefinition:
 
 def source_change_sensor(ingest_job) -> dg.SensorDefinition:
     @dg.sensor(name="source_change_sensor", job=ingest_job, minimum_interval_seconds=60,
-               default_status=dg.DefaultSensorStatus.RUNNING,
-               description="Requests an ingestion when chat.db or its WAL (or an enabled WhatsApp store) changes.")
+               default_status=dg.DefaultSensorStatus.STOPPED,
+               description="Requests an ingestion when chat.db or its WAL (or an enabled WhatsApp store) changes "
+                           "(off by default).")
     def _sensor(context: dg.SensorEvaluationContext):
         s = _settings()
         if not s.chat_db:
@@ -47,8 +51,8 @@ def source_change_sensor(ingest_job) -> dg.SensorDefinition:
 
 def batches_sensor(batch_job) -> dg.SensorDefinition:
     @dg.sensor(name="changed_batches_sensor", job=batch_job, minimum_interval_seconds=30,
-               default_status=dg.DefaultSensorStatus.RUNNING,
-               description="Runs the per-batch job for every contact batch whose messages changed.")
+               default_status=dg.DefaultSensorStatus.STOPPED,
+               description="Runs the per-batch job for every contact batch whose messages changed (off by default).")
     def _sensor(context: dg.SensorEvaluationContext):
         s = _settings()
         work = pending_work(s)
@@ -63,8 +67,9 @@ def batches_sensor(batch_job) -> dg.SensorDefinition:
 
 def finalize_sensor(finalize_job) -> dg.SensorDefinition:
     @dg.sensor(name="finalize_sensor", job=finalize_job, minimum_interval_seconds=30,
-               default_status=dg.DefaultSensorStatus.RUNNING,
-               description="Loads the store, rebuilds indexes and the map once all changed batches are embedded.")
+               default_status=dg.DefaultSensorStatus.STOPPED,
+               description="Loads the store, rebuilds indexes and the map once all changed batches are embedded "
+                           "(off by default).")
     def _sensor(context: dg.SensorEvaluationContext):
         work = pending_work(_settings())
         if work["to_embed"]:
