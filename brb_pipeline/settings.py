@@ -1,8 +1,11 @@
 """One settings object for the whole pipeline.
 
-Precedence: explicit arguments (CLI flags) > environment (``BRB_*``) > ``<home>/config.json``
-(written by ``brb ingest`` so the Dagster UI, schedule and sensor ingest the same sources)
-> defaults. The home dir is ``BRB_HOME`` or ``~/.brb``.
+Precedence for the values of a run: explicit arguments (CLI flags) > environment (``BRB_*``) >
+``<home>/config.json`` > defaults. ``config.json`` is written by ``brb ingest`` (and ``brb demo``)
+so the Dagster UI, schedule and sensors ingest the same sources; it remembers what was given
+explicitly and what it already held, never a ``BRB_*`` value (a variable applies to the process
+that has it). Every path is made absolute against the working directory when it is loaded.
+The home dir is ``BRB_HOME`` or ``~/.brb``; the demo's is ``BRB_DEMO_HOME`` or ``~/.brb-demo``.
 """
 
 from __future__ import annotations
@@ -14,11 +17,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from brb_pipeline.core.errors import SettingsError
+
 DEFAULT_MODEL = "bundled:all-MiniLM-L6-v2"
+DEMO_ARCHIVE = "demo-archive"  # the folder of <home> that `brb demo` builds its archive in
+_BOOKKEEPING = ("home", "env_values")  # fields that are not settings read from env or config.json
+
+
+def absolute(p: str | Path) -> Path:
+    """``p`` with ``~`` expanded, made absolute against the current directory (links kept)."""
+    return Path(os.path.abspath(Path(p).expanduser()))
 
 
 def default_home() -> Path:
-    return Path(os.environ.get("BRB_HOME") or Path.home() / ".brb").expanduser()
+    return absolute(os.environ.get("BRB_HOME") or Path.home() / ".brb")
+
+
+def default_demo_home() -> Path:
+    """``brb demo``'s home: never ``BRB_HOME``, so a demo cannot land on a real home by accident."""
+    return absolute(os.environ.get("BRB_DEMO_HOME") or Path.home() / ".brb-demo")
 
 
 @dataclass
@@ -40,6 +57,9 @@ class Settings:
     window: int = 8
     stride: int = 4
     min_chars: int = 20
+    # IANA zone for the times and days shown in chunks ("Europe/Istanbul"); "" = this machine's.
+    # Stored timestamps stay UTC.
+    time_zone: str = ""
     # Embedding.
     embedding_model: str = DEFAULT_MODEL  # "bundled:..." | local path | repo id in the HF cache
     embedding_backend: str = "fast"  # "fast" (packed BERT on MLX) | "reference" (mlx-embeddings)
@@ -81,6 +101,15 @@ class Settings:
     # Operations.
     schedule_cron: str = "0 3 * * *"
     schedule_enabled: bool = False
+    # Bookkeeping, not a setting: field -> (value a BRB_* variable gave this run, value it
+    # replaced) so save() writes the replaced one. An init field so dataclasses.replace keeps it.
+    env_values: dict[str, tuple[Any, Any]] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if "Path" in str(f.type) and v is not None:
+                setattr(self, f.name, absolute(v))
 
     # Derived locations -------------------------------------------------------------------
     @property
@@ -111,45 +140,132 @@ class Settings:
     def config_path(self) -> Path:
         return self.home / "config.json"
 
+    @property
+    def demo_archive_dir(self) -> Path:
+        return self.home / DEMO_ARCHIVE
+
     # Loading and saving -------------------------------------------------------------------
     @classmethod
     def load(cls, home: str | Path | None = None, **overrides: Any) -> "Settings":
         """Build settings from defaults, ``<home>/config.json``, ``BRB_*`` env and overrides.
 
         ``None`` overrides are ignored so CLI flags that were not given do not erase config.
+
+        Raises:
+            SettingsError: the home is a file or under one, config.json cannot be read or holds
+                unknown settings, or a value does not fit its setting's type.
+            ValueError: an override names no setting (a programming error).
         """
-        home_path = Path(home).expanduser() if home else default_home()
-        values: dict[str, Any] = {}
-        cfg = home_path / "config.json"
-        if cfg.exists():
-            values.update(json.loads(cfg.read_text()))
-        names = {f.name: f for f in dataclasses.fields(cls)}
-        for name, f in names.items():
-            env = os.environ.get("BRB_" + name.upper())
-            if env is not None and name != "home":
-                values[name] = env
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        values["home"] = home_path
-        unknown = set(values) - set(names)
+        home_path = absolute(home) if home else default_home()
+        check_home(home_path)
+        fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in _BOOKKEEPING}
+        saved = _read_config(home_path / "config.json")
+        saved.pop("home", None)
+        unknown = set(saved) - set(fields)
+        if unknown:
+            raise SettingsError(f"{home_path / 'config.json'} holds unknown settings {sorted(unknown)}; "
+                                "remove them or delete the file")
+        explicit = {k: v for k, v in overrides.items() if v is not None}
+        unknown = set(explicit) - set(fields)
         if unknown:
             raise ValueError(f"unknown settings: {sorted(unknown)}")
-        return cls(**{k: _coerce(names[k].type, v) for k, v in values.items()})
+
+        def coerce(name: str, v: Any, origin: str) -> Any:
+            try:
+                return _coerce(fields[name].type, v)
+            except (TypeError, ValueError):
+                raise SettingsError(f"{origin}: {v!r} is not a valid {name} ({fields[name].type})") from None
+
+        values = {k: coerce(k, v, str(home_path / "config.json")) for k, v in saved.items()}
+        env_values: dict[str, tuple[Any, Any]] = {}
+        for name, f in fields.items():
+            env = os.environ.get("BRB_" + name.upper())
+            if env is None or name in explicit:
+                continue
+            replaced = values[name] if name in values else _default(f)
+            values[name] = coerce(name, env, "BRB_" + name.upper())
+            env_values[name] = (values[name], replaced)
+        values.update({k: coerce(k, v, k) for k, v in explicit.items()})
+        return cls(home=home_path, env_values=env_values, **values)
+
+    def remembered(self) -> dict[str, Any]:
+        """What :meth:`save` writes: every setting that differs from its default, except that a
+        value a ``BRB_*`` variable gave this run is replaced by the one it shadowed."""
+        data: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            if f.name in _BOOKKEEPING:
+                continue
+            v = getattr(self, f.name)
+            if f.name in self.env_values and self.env_values[f.name][0] == v:
+                v = self.env_values[f.name][1]
+            if v != _default(f):
+                data[f.name] = _jsonable(v)
+        return data
+
+    def check_writable(self) -> None:
+        """Raise :class:`SettingsError` (one line naming the path) unless the home dir can be
+        written, or created where it is missing. Creates nothing: a run still checks where the
+        home is (e.g. not inside a source folder) before anything is written."""
+        check_home(self.home, write=True)
 
     def save(self) -> None:
-        """Persist the non-default, non-home settings to ``<home>/config.json``."""
-        self.home.mkdir(parents=True, exist_ok=True)
-        defaults = Settings(home=self.home)
-        data = {
-            f.name: _jsonable(getattr(self, f.name))
-            for f in dataclasses.fields(self)
-            if f.name != "home" and getattr(self, f.name) != getattr(defaults, f.name)
-        }
+        """Persist :meth:`remembered` to ``<home>/config.json`` (atomically)."""
+        self.check_writable()
         tmp = self.config_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-        tmp.replace(self.config_path)
+        try:
+            self.home.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(self.remembered(), indent=2, sort_keys=True))
+            tmp.replace(self.config_path)
+        except OSError as e:
+            raise SettingsError(f"cannot write {self.config_path}: {e.strerror or e}") from None
+
+    def real_ingestion(self) -> str | None:
+        """What this home holds other than its own demo archive (``brb demo`` refuses to replace
+        it), or None. Judged by the saved ``chat_db``; a store with none saved is of unknown origin."""
+        chat_db = _read_config(self.config_path).get("chat_db")
+        if chat_db:
+            p = absolute(chat_db)
+            return None if p.is_relative_to(self.demo_archive_dir) else f"an ingestion of {p}"
+        return "a store of unknown sources" if self.brb_db.exists() else None
 
     def channels(self) -> dict[str, bool]:
         return {"imessage": self.imessage_enabled, "whatsapp": self.whatsapp_enabled}
+
+
+def check_home(home: Path, write: bool = False) -> None:
+    """Raise :class:`SettingsError` (naming the path) when ``home`` cannot be a home dir: it is a
+    file, or a file stands where one of its folders should be; with ``write``, also when it (or
+    the folder it would be created in) is not writable. Creates nothing."""
+    # os.path.exists, not Path.exists: it is False (not an error) under a file or an unreadable folder
+    if os.path.exists(home) and not os.path.isdir(home):
+        raise SettingsError(f"home {home} is a file, not a folder; choose another --home")
+    nearest = next((p for p in (home, *home.parents) if os.path.exists(p)), None)
+    if nearest is not None and not os.path.isdir(nearest):
+        raise SettingsError(f"home {home} cannot be a folder: {nearest} is a file; choose another --home")
+    if not write:
+        return
+    if nearest is None or not os.access(nearest, os.W_OK | os.X_OK):
+        raise SettingsError(f"home {home} is not writable: permission denied on {nearest or home.anchor}")
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+    except OSError as e:
+        raise SettingsError(f"cannot read {path}: {e.strerror or e}") from None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        raise SettingsError(f"{path} is not a JSON object of settings; fix or delete it")
+    return data
+
+
+def _default(f: dataclasses.Field) -> Any:
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
 
 
 def _jsonable(v: Any) -> Any:
@@ -161,7 +277,7 @@ def _coerce(typ: Any, v: Any) -> Any:
     if v is None:
         return None
     if "Path" in t:
-        return Path(v).expanduser()
+        return absolute(v)
     if t == "bool":
         return v if isinstance(v, bool) else str(v).strip().lower() in ("1", "true", "yes", "on")
     if t == "int":

@@ -33,6 +33,14 @@ class StoreError(BrbError):
     """brb.db / brb.duckdb / an index is missing or damaged."""
 
 
+class SettingsError(BrbError):
+    """The home dir, its config.json or a setting's value cannot be used as given."""
+
+
+class CheckFailedError(BrbError):
+    """An asset check of ERROR severity failed: the run failed and the previous store is kept."""
+
+
 class CancelledError(BrbError):
     """The run was cancelled by the user; earlier complete results are intact."""
 
