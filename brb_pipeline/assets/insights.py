@@ -43,9 +43,11 @@ def clusters(context: dg.AssetExecutionContext, config: LayoutConfig) -> dg.Mate
 
 @dg.asset(group_name=INSIGHTS, deps=[clusters], kinds={"sklearn"}, required_resource_keys={"brb", "runtime"})
 def cluster_labels(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-    """A short readable label per cluster (offline c-TF-IDF, or mlx-lm with a local model)."""
+    """A short readable label per cluster (c-TF-IDF re-ranked by the embedding model, or mlx-lm
+    with a local model)."""
     _progress(context, 75, "labelling clusters")
-    meta = insights.run_labels(context.resources.brb.load())
+    s = context.resources.brb.load()
+    meta = insights.run_labels(s, embedder=context.resources.runtime.embedder(s))
     return dg.MaterializeResult(metadata=meta)
 
 

@@ -1,4 +1,4 @@
-"""Human-readable cluster labels: an offline class-based TF-IDF labeler and an mlx-lm labeler.
+"""Human-readable cluster labels: offline c-TF-IDF, an embedding re-rank of it, and mlx-lm.
 
 - :class:`TfidfLabeler` (the default, deterministic, no model): each cluster's chunk texts form
   one class document; terms frequent in the cluster and rare elsewhere win (c-TF-IDF, as in
@@ -6,10 +6,19 @@
   lines are stripped first and the sender names dropped, so labels describe what people talk
   about, not who talks. The token pattern is Unicode-aware (Turkish, Arabic with diacritics,
   Cyrillic, CJK runs).
+- :class:`EmbeddingLabeler` (the default when the pipeline has its embedder): re-ranks the
+  c-TF-IDF candidates (words and 2-word phrases) by cosine similarity to the cluster's centroid
+  in the store's embedding space, with MMR for diversity (BERTopic's ``KeyBERTInspired``), after
+  dropping people's names and chat filler. c-TF-IDF finds words that are *frequent* in a
+  cluster; many of those ("alrighty", a nickname, "df") are not what the cluster is *about*.
 - :class:`MLXLMLabeler`: asks a local mlx-lm model for a 2-5 word topic per cluster, parses the
   answer defensively (:func:`parse_topic`) and falls back to the offline label on junk.
-- :class:`LabelCache`: labels keyed by cluster membership (sha1 of the sorted chunk ids), so an
-  unchanged cluster is not re-labelled on the next run.
+- :class:`LabelCache`: labels keyed by labeler kind (:func:`labeler_kind`: name, version,
+  model) and cluster membership (sha1 of the sorted chunk ids), so an unchanged cluster is not
+  re-labelled on the next run and a changed labeler never reuses an older one's labels.
+
+Labelers chain as in BERTopic's representation models: a :class:`RefiningLabeler` refines the
+labels of its ``fallback`` cluster by cluster (c-TF-IDF -> embedding re-rank -> LLM).
 
 Nothing here logs message text; log lines carry counts only.
 """
@@ -26,7 +35,7 @@ import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -75,11 +84,25 @@ definitely exactly absolutely favorite favourite stop guys guy man dude bro omg 
 gosh goodness honestly basically seriously wanna anyway anyways sounds
 isn aren wasn weren hasn haven hadn shouldn ain didn doesn couldn wouldn won ll ve re
 attachment attachments emoji image http https www com
+alrighty alrite aight ight yeet yeeted welp yikes oof bruh lmk ikr smh ngl fr rn tbf hbu wyd
+yall gg ooo oooh ahhh hehehe lolol okie okey oki kay ayy ayyy mhm nvm jk anyways
+hahah lmaooo omgg heyy ugh ew meh dang damn darn geez jeez whoa yay woo woohoo kinda sorta
+asdf sdf df
 ve bir bu da de ne mi mı mu mü ama için çok evet hayır tamam şey gibi ben sen o biz siz onlar
 var yok daha kadar sonra şimdi abi ya yani hadi tamamdır tmm slm mrb
 و في من على إلى أن هذا هذه ما لا نعم كان مع عن يا انا أنا انت هو هي
 el la los las de del que y en un una es por con para no si lo le se al mas pero como
+jaja jajaja jeje jiji vale bueno pues oye sí claro vamos venga
+ouais oui non mdr ptdr bah bon voilà merci ben hein quoi alors
+ja nein genau naja halt mal doch jo na danke bitte
+valla vallahi yaa evt tşk tşkler sağol eyvallah
+يلا طيب خلاص والله هههه ههههه اوك تمام شكرا
 """.split())
+
+# Tokens of contact display names that are not a person's name (a handle's email domain).
+_NOT_NAMES = frozenset(
+    "gmail googlemail icloud me mac hotmail outlook live yahoo example com org net edu mail "
+    "unknown".split())
 
 _STOP_WORDS: frozenset[str] | None = None
 
@@ -171,6 +194,21 @@ def _name_tokens(names: Iterable[str]) -> set[str]:
     return toks
 
 
+def name_tokens(names: Iterable[str]) -> frozenset[str]:
+    """Lower-cased word tokens of people's display names, for dropping from labels.
+
+    ``"Théo Dubois"`` -> {"théo", "dubois"}; an email handle gives its local part
+    (``"noor.950@example.org"`` -> {"noor"}); phone numbers give nothing.
+    """
+    toks: set[str] = set()
+    for name in names:
+        name = str(name or "")
+        if "@" in name:
+            name = name.split("@", 1)[0].replace(".", " ").replace("_", " ")
+        toks |= _name_tokens([name])
+    return frozenset(t for t in toks if len(t) >= 2 and t not in _NOT_NAMES)
+
+
 # --- Interfaces -----------------------------------------------------------------------------
 
 
@@ -182,16 +220,26 @@ class ClusterDocs:
         cluster_id: the cluster's id (-1 is the noise bucket).
         texts: chunk contents of all (or a capped sample of) the cluster's members.
         centroid_texts: a few representative chunk contents (see :func:`representatives`).
+        centroid: (dim,) float32 mean of the members' stored embeddings, or None when unknown.
+        centroid_model: the model id those embeddings were made with. An embedding labeler
+            uses ``centroid`` only when this is its embedder's ``model_id``, and otherwise
+            embeds ``centroid_texts`` itself.
+        corpus_mean: (dim,) float32 mean of every stored embedding (same model), or None. What
+            all chats share ("talking", "chat", "met"); subtracted from the centroid so terms
+            are scored against what sets this cluster apart.
     """
 
     cluster_id: int
     texts: list[str]
     centroid_texts: list[str] = field(default_factory=list)
+    centroid: np.ndarray | None = field(default=None, compare=False, repr=False)
+    centroid_model: str | None = None
+    corpus_mean: np.ndarray | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass
 class ClusterLabel:
-    """A label for one cluster; ``source`` is "tfidf", "llm" or "llm-fallback"."""
+    """A label for one cluster; ``source`` is "tfidf", "embedding", "llm" or "llm-fallback"."""
 
     cluster_id: int
     label: str
@@ -202,6 +250,23 @@ class ClusterLabel:
 class Labeler(Protocol):
     def label(self, clusters: Sequence[ClusterDocs]) -> list[ClusterLabel]:
         """One :class:`ClusterLabel` per input cluster, in input order."""
+        ...
+
+
+@runtime_checkable
+class RefiningLabeler(Protocol):
+    """A labeler that refines the labels of another (its ``fallback``) cluster by cluster.
+
+    c-TF-IDF contrasts each cluster with all the others, so it must see every cluster; a
+    refiner (embedding re-rank, LLM) looks at one cluster at a time, so :func:`label_clusters`
+    asks it only about the clusters missing from the cache, handing it the fallback's labels.
+    """
+
+    fallback: Labeler
+
+    def label(self, clusters: Sequence[ClusterDocs], *,
+              offline: Sequence[ClusterLabel] | None = None) -> list[ClusterLabel]:
+        """Refine ``offline`` (the fallback's labels of ``clusters``; computed when None)."""
         ...
 
 
@@ -224,13 +289,18 @@ class TfidfLabeler:
             large cluster are stable long before its 10,000th chunk, and this bounds the time
             and memory of a full-corpus run.
         seed: seeds that sample.
+        names: people's display names (contacts); their words are never terms (each chunk's
+            own senders are dropped regardless). See :func:`name_tokens`.
     """
 
     source = "tfidf"
+    VERSION = 2  # 2: more chat filler, contact names dropped
+    kind = f"tfidf/v{VERSION}"
 
     def __init__(self, *, n_terms: int = 10, label_terms: int = 3,
                  ngram_range: tuple[int, int] = (1, 2), min_df: int = 2, max_docs: int = 1500,
-                 seed: int = 42) -> None:
+                 seed: int = 42, names: Iterable[str] = ()) -> None:
+        self.names = name_tokens(names)
         self.n_terms = n_terms
         self.max_docs = max_docs
         self.seed = seed
@@ -252,7 +322,7 @@ class TfidfLabeler:
                 texts_in = [texts_in[i] for i in keep]
             for content in texts_in:
                 texts, senders = message_bodies(content)
-                drop = _name_tokens(senders)
+                drop = _name_tokens(senders) | self.names
                 doc: list[str | None] = []
                 for text in texts:  # a gap between messages too: no n-gram spans two
                     doc += tokenize(text, drop, keep_gaps=True) + [None]
@@ -412,6 +482,166 @@ def representatives(embeddings: np.ndarray, labels: np.ndarray, cluster_id: int,
     return members[np.asarray(picked, dtype=np.int64)]
 
 
+# --- Embedding re-rank (KeyBERT-inspired) --------------------------------------------------
+
+
+class EmbeddingLabeler:
+    """c-TF-IDF candidates re-ranked by closeness to the cluster in embedding space.
+
+    As BERTopic's ``KeyBERTInspired``: the fallback's top ``candidates`` terms (words and 2-word
+    phrases) are embedded with the store's model, scored by cosine similarity to the cluster's
+    centroid, and picked by maximal marginal relevance, so the label's words are about the
+    cluster and not three near-synonyms. The centroid is :attr:`ClusterDocs.centroid` minus
+    :attr:`ClusterDocs.corpus_mean` when they come from the same model (so a word close to every
+    chat, "chatting", does not win everywhere), else the mean of the cluster's embedded
+    representative texts. Terms containing a person's name or chat filler are
+    dropped before ranking; a cluster left without candidates keeps the fallback's label.
+
+    Args:
+        embedder: anything with ``embed(texts) -> (n, dim)`` L2-normalized float32 rows and a
+            ``model_id`` (the :class:`~brb_pipeline.core.embedding.Embedder` protocol).
+        fallback: the candidate source; default a :class:`TfidfLabeler` with ``candidates``
+            terms and ``names``.
+        candidates: c-TF-IDF terms considered per cluster.
+        n_terms: terms kept in ``ClusterLabel.terms``, in pick order.
+        label_terms: terms joined into the label phrase.
+        diversity: MMR trade-off in [0, 1]: 0 ranks by similarity alone, 1 by novelty alone.
+        names: people's display names; terms containing one of their words are dropped.
+    """
+
+    source = "embedding"
+    VERSION = 1
+
+    def __init__(self, embedder: Any, fallback: Labeler | None = None, *, candidates: int = 30,
+                 n_terms: int = 10, label_terms: int = 3, diversity: float = 0.3,
+                 names: Iterable[str] = ()) -> None:
+        if not 0.0 <= diversity <= 1.0:
+            raise ValueError(f"diversity must be in [0, 1], not {diversity}")
+        self.embedder = embedder
+        self.fallback: Labeler = fallback or TfidfLabeler(n_terms=candidates, names=names)
+        self.candidates = candidates
+        self.n_terms = n_terms
+        self.label_terms = label_terms
+        self.diversity = diversity
+        self.names = name_tokens(names)
+
+    @property
+    def kind(self) -> str:
+        """Cache namespace: the fallback's kind, this version, its parameters and the model."""
+        return (f"{labeler_kind(self.fallback)}+embed/v{self.VERSION}"
+                f"(c={self.candidates},d={self.diversity:g}):{getattr(self.embedder, 'model_id', '?')}")
+
+    def keep_term(self, term: str) -> bool:
+        """False for a term with a name, filler or stop word in it (also "yeet" inside "yeet lol")."""
+        stops = stop_words()
+        words = normalize_case(term).split()
+        return bool(words) and not any(w in stops or w in self.names for w in words)
+
+    def label(self, clusters: Sequence[ClusterDocs], *,
+              offline: Sequence[ClusterLabel] | None = None) -> list[ClusterLabel]:
+        """Re-rank the fallback's terms of every cluster (one ``embed`` call for all terms).
+
+        Args:
+            clusters: the clusters to label.
+            offline: the fallback's labels of ``clusters`` (same order), e.g. c-TF-IDF computed
+                against every cluster while only some are asked; computed when None.
+        """
+        if offline is None:
+            offline = self.fallback.label(clusters)
+        pools: list[list[str]] = []
+        for docs, base in zip(clusters, offline):
+            pool = [] if docs.cluster_id < 0 else [t for t in base.terms if self.keep_term(t)]
+            pools.append(list(dict.fromkeys(pool))[: self.candidates])
+        vocab = sorted({t for pool in pools for t in pool})
+        if not vocab:
+            return [self._as_is(base) for base in offline]
+        prefix = str(getattr(self.embedder, "document_prefix", "") or "")
+        vecs = _unit(np.asarray(self.embedder.embed([prefix + t for t in vocab]), np.float32))
+        row = {t: i for i, t in enumerate(vocab)}
+        centroids = self._centroids(clusters, pools, vecs.shape[1], prefix)
+        out: list[ClusterLabel] = []
+        for docs, base, pool, cent in zip(clusters, offline, pools, centroids):
+            if not pool or cent is None:
+                out.append(self._as_is(base))
+                continue
+            emb = vecs[[row[t] for t in pool]]
+            order = mmr(emb, emb @ cent, min(self.n_terms, len(pool)), self.diversity)
+            terms = [pool[j] for j in order]
+            label = label_phrase(terms, self.label_terms) or base.label
+            out.append(ClusterLabel(docs.cluster_id, label, terms, self.source))
+        log.info("Labeling - embedding re-rank of %d terms for %d clusters", len(vocab), len(out))
+        return out
+
+    def _as_is(self, base: ClusterLabel) -> ClusterLabel:
+        return ClusterLabel(base.cluster_id, base.label, list(base.terms[: self.n_terms]),
+                            base.source)
+
+    def _centroids(self, clusters: Sequence[ClusterDocs], pools: Sequence[list[str]], dim: int,
+                   prefix: str) -> list[np.ndarray | None]:
+        """(dim,) unit centroid per cluster: the stored one when it fits, else embedded texts."""
+        out: list[np.ndarray | None] = [None] * len(clusters)
+        todo: list[tuple[int, list[str]]] = []
+        model = getattr(self.embedder, "model_id", None)
+        for i, (docs, pool) in enumerate(zip(clusters, pools)):
+            if not pool:
+                continue
+            cent = docs.centroid
+            if (cent is not None and docs.centroid_model == model
+                    and np.asarray(cent).shape == (dim,)):
+                cent = _unit(np.asarray(cent, np.float32)[None, :])[0]
+                bg = docs.corpus_mean
+                if bg is not None and np.asarray(bg).shape == (dim,):
+                    apart = cent - np.asarray(bg, np.float32)
+                    if np.linalg.norm(apart) > 0.05:  # else the cluster is (nearly) the corpus
+                        cent = apart
+                out[i] = _unit(cent[None, :])[0]
+            else:
+                texts = docs.centroid_texts or docs.texts[:8]
+                if texts:
+                    todo.append((i, [prefix + t for t in texts]))
+        if todo:
+            vecs = _unit(np.asarray(self.embedder.embed([t for _, ts in todo for t in ts]),
+                                    np.float32))
+            at = 0
+            for i, ts in todo:
+                out[i] = _unit(vecs[at:at + len(ts)].mean(axis=0, keepdims=True))[0]
+                at += len(ts)
+        return out
+
+
+def _unit(v: np.ndarray) -> np.ndarray:
+    """Rows of ``v`` (n, dim) scaled to length 1 (zero rows stay zero)."""
+    return v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
+
+
+def mmr(emb: np.ndarray, relevance: np.ndarray, k: int, diversity: float) -> list[int]:
+    """Maximal marginal relevance: ``k`` row indices, each maximizing
+    ``(1 - diversity) * relevance - diversity * (max similarity to the rows already picked)``.
+
+    Args:
+        emb: (n, dim) unit rows.
+        relevance: (n,) similarity of each row to the target.
+        k: rows to pick (at most n).
+        diversity: in [0, 1].
+
+    Returns:
+        Picked indices in pick order; ties go to the lower index (the fallback's rank).
+    """
+    n = emb.shape[0]
+    k = min(k, n)
+    if k <= 0:
+        return []
+    picked = [int(np.argmax(relevance))]
+    redundancy = emb @ emb[picked[0]]
+    while len(picked) < k:
+        score = (1.0 - diversity) * relevance - diversity * redundancy
+        score[picked] = -np.inf
+        j = int(np.argmax(score))
+        picked.append(j)
+        redundancy = np.maximum(redundancy, emb @ emb[j])
+    return picked
+
+
 # --- mlx-lm labeler -------------------------------------------------------------------------
 
 _CHATTER = re.compile(
@@ -547,6 +777,11 @@ class MLXLMLabeler:
         self._model: Any = None
         self._tokenizer: Any = None
 
+    @property
+    def kind(self) -> str:
+        """Cache namespace: the model directory's name and the fallback's kind."""
+        return f"llm:{self.model_path.name}|{labeler_kind(self.fallback)}"
+
     def load(self) -> None:
         """Load the model once.
 
@@ -620,13 +855,23 @@ class MLXLMLabeler:
         return out
 
 
-def make_labeler(settings: object) -> Labeler:
-    """The configured labeler: mlx-lm when ``settings.labeler_model_path`` is set, else c-TF-IDF.
+def make_labeler(settings: object, embedder: Any | None = None,
+                 names: Iterable[str] = ()) -> Labeler:
+    """The configured labeler chain: c-TF-IDF, re-ranked by ``embedder`` when one is given,
+    then mlx-lm when ``settings.labeler_model_path`` is set.
 
-    The model is loaded lazily, on the first ``label`` call.
+    Args:
+        settings: anything with ``labeler_model_path`` and ``seed``.
+        embedder: the store's embedding model (see :class:`EmbeddingLabeler`); None for plain
+            c-TF-IDF.
+        names: people's display names, never used in labels.
+
+    The LLM is loaded lazily, on the first ``label`` call.
     """
     path = getattr(settings, "labeler_model_path", None)
-    offline = TfidfLabeler()
+    offline: Labeler = TfidfLabeler(names=names)
+    if embedder is not None:
+        offline = EmbeddingLabeler(embedder, names=names)
     if path:
         return MLXLMLabeler(Path(path), offline, seed=int(getattr(settings, "seed", 42)))
     return offline
@@ -693,10 +938,9 @@ class LabelCache:
 
 
 def labeler_kind(labeler: Any) -> str:
-    """Cache namespace of a labeler: "tfidf" or "llm:<model dir name>"."""
-    if isinstance(labeler, MLXLMLabeler):
-        return f"llm:{labeler.model_path.name}"
-    return str(getattr(labeler, "source", type(labeler).__name__))
+    """Cache namespace of a labeler: its ``kind`` (name, version, parameters, models, e.g.
+    "tfidf/v2+embed/v1(c=30,d=0.3):all-MiniLM-L6-v2@051e2de6"), else its ``source``."""
+    return str(getattr(labeler, "kind", None) or getattr(labeler, "source", type(labeler).__name__))
 
 
 def label_clusters(labeler: Labeler, clusters: Sequence[ClusterDocs],
@@ -728,17 +972,8 @@ def label_clusters(labeler: Labeler, clusters: Sequence[ClusterDocs],
     hits = sum(r is not None and k is None for r, k in zip(result, kept))
     todo = [i for i, r in enumerate(result) if r is None]
     if todo:
-        # c-TF-IDF contrasts a cluster with the rest, so it sees every cluster; the model is
-        # asked only about the missing ones.
-        if isinstance(labeler, MLXLMLabeler):
-            base = labeler.fallback.label(clusters)  # keywords contrasted with every cluster
-            fresh = labeler.label([clusters[i] for i in todo], offline=[base[i] for i in todo])
-            for i, lab in zip(todo, fresh):
-                result[i] = lab
-        else:
-            fresh_all = labeler.label(clusters)
-            for i in todo:
-                result[i] = fresh_all[i]
+        for i, lab in zip(todo, _label_some(labeler, clusters, todo)):
+            result[i] = lab
         if cache is not None:
             for i in todo:
                 lab = result[i]
@@ -748,6 +983,18 @@ def label_clusters(labeler: Labeler, clusters: Sequence[ClusterDocs],
     log.info("Labeling - %d clusters, %d from cache, %d kept", len(clusters), hits,
              sum(k is not None for k in kept))
     return [r for r in result if r is not None], hits
+
+
+def _label_some(labeler: Labeler, clusters: Sequence[ClusterDocs],
+                todo: Sequence[int]) -> list[ClusterLabel]:
+    """Labels of ``clusters[i] for i in todo``. A plain labeler (c-TF-IDF contrasts a cluster
+    with the rest) sees every cluster; a :class:`RefiningLabeler` down the chain is asked only
+    about the missing ones, with its fallback's labels of them."""
+    if isinstance(labeler, RefiningLabeler):
+        base = _label_some(labeler.fallback, clusters, todo)
+        return labeler.label([clusters[i] for i in todo], offline=base)
+    fresh = labeler.label(clusters)
+    return [fresh[i] for i in todo]
 
 
 def _relabel(label: ClusterLabel | None, cluster_id: int) -> ClusterLabel | None:

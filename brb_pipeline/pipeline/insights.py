@@ -36,7 +36,6 @@ from brb_pipeline.core.labeling import (
     ClusterDocs,
     ClusterLabel,
     LabelCache,
-    TfidfLabeler,
     label_clusters,
     labeler_kind,
     representatives,
@@ -388,36 +387,60 @@ def _place_clusters(s: Settings, emb: np.ndarray, labels: np.ndarray,
              int(np.count_nonzero(labels[new] < 0)))
     return labels, info
 
-def make_labeler(s: Settings) -> Any:
-    """The offline c-TF-IDF labeler, or the mlx-lm one when a local model path is configured."""
-    offline = TfidfLabeler()
-    if s.labeler_model_path:
-        from brb_pipeline.core.labeling import MLXLMLabeler
+def make_labeler(s: Settings, embedder: Any | None = None) -> Any:
+    """The labeler chain: c-TF-IDF re-ranked by the store's embedding model (``embedder``, loaded
+    from the settings when None), then mlx-lm when a local model path is configured. Contacts'
+    names from brb.db are never used in labels. Without a loadable embedding model the labels are
+    plain c-TF-IDF (logged)."""
+    from brb_pipeline.core.errors import BrbError
+    from brb_pipeline.core.labeling import make_labeler as chain
 
-        return MLXLMLabeler(Path(s.labeler_model_path), fallback=offline, seed=s.seed)
-    return offline
+    names: list[str] = []
+    if s.brb_db.exists():
+        contacts = metadata.read_contacts(s.brb_db)
+        if "kind" in contacts.columns:  # group chats are named after topics ("Book club"), not people
+            contacts = contacts.filter(pl.col("kind") == "direct")
+        names = [n for n in contacts["display_name"].to_list() if n]
+    if embedder is None:
+        try:
+            from brb_pipeline.core.embedding import load_embedder
+
+            embedder = load_embedder(s)
+        except BrbError as e:
+            log.warning("Labels - no embedding model for label re-ranking (%s): c-TF-IDF labels only",
+                        type(e).__name__)
+    return chain(s, embedder=embedder, names=names)
 
 
-def run_labels(s: Settings, labeler: Any | None = None) -> dict[str, Any]:
-    """A readable label per cluster, cached by cluster membership.
+def run_labels(s: Settings, labeler: Any | None = None, embedder: Any | None = None) -> dict[str, Any]:
+    """A readable label per cluster, cached by cluster membership and labeler kind.
 
     A cluster keeps its previous label while its membership overlaps the one that label was made
     from by at least :data:`LABEL_KEEP_OVERLAP` (Jaccard); exact memberships seen before come from
     the label cache; only the rest are labelled again.
+
+    Args:
+        s: settings.
+        labeler: the labeler (default: :func:`make_labeler` with ``embedder``).
+        embedder: the store's embedding model, for the default labeler's re-rank (loaded from
+            the settings when None).
     """
     t0 = time.perf_counter()
-    rows, emb, _ = load_store(s, ("chunk_id", "content"))
+    rows, emb, _, store_model = _load(s, ("chunk_id", "content"))
     cl = pl.read_parquet(_dir(s) / "clusters.parquet")
     labels = cl["cluster_id"].to_numpy() if cl.height else np.zeros(0, dtype=np.int64)
     contents = rows["content"].to_list() if rows.height else []
     ids = rows["chunk_id"].to_list() if rows.height else []
-    labeler = labeler or make_labeler(s)
+    labeler = labeler or make_labeler(s, embedder)
     docs, members = [], {}
+    corpus_mean = emb.mean(axis=0) if emb.size else None
     for cid in sorted({int(c) for c in labels if c >= 0}):
         idx = np.flatnonzero(labels == cid)
         members[cid] = [ids[i] for i in idx]
         reps = representatives(emb, labels, cid, 8, s.seed)
-        docs.append(ClusterDocs(cid, [contents[i] for i in idx], [contents[i] for i in reps]))
+        docs.append(ClusterDocs(cid, [contents[i] for i in idx], [contents[i] for i in reps],
+                                centroid=emb[idx].mean(axis=0), centroid_model=store_model,
+                                corpus_mean=corpus_mean))
     kind = labeler_kind(labeler)
     keep, bases = _keepable_labels(_dir(s), kind, members)
     out, hits = label_clusters(labeler, docs, members, LabelCache(_dir(s) / "label_cache.json"),
@@ -439,6 +462,7 @@ def run_labels(s: Settings, labeler: Any | None = None) -> dict[str, Any]:
         "from_cache": hits,
         "kept_by_overlap": len(keep),
         "labeler": type(labeler).__name__,
+        "labeler_kind": kind,
         "llm_fallbacks": int(getattr(labeler, "fallbacks", 0)),
         "seconds": round(time.perf_counter() - t0, 3),
     }
