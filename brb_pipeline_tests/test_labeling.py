@@ -385,3 +385,226 @@ def test_tfidf_samples_large_clusters_deterministically():
     sampled = TfidfLabeler(max_docs=6, seed=1).label(big)
     assert sampled == TfidfLabeler(max_docs=6, seed=1).label(big)
     assert "flights" in sampled[0].terms[:3] and "penalty" in sampled[2].terms[:3]
+
+
+# --- Embedding re-rank ----------------------------------------------------------------------
+
+
+class TableEmbedder:
+    """Known vectors for known texts, so the right answer is known.
+
+    Texts outside ``table`` fail the test when ``strict`` (nothing unexpected, such as a name or
+    a filler word, may even be embedded); otherwise they get a deterministic random vector in
+    dimensions 2..15, orthogonal to every table vector (which live in dimensions 0 and 1).
+    """
+
+    document_prefix = ""
+
+    def __init__(self, table: dict[str, list[float]], *, strict: bool = True,
+                 model_id: str = "table@1") -> None:
+        self.table = table
+        self.strict = strict
+        self.model_id = model_id
+        self.dim = 16
+        self.seen: list[str] = []
+
+    def embed(self, texts):
+        import zlib
+
+        self.seen += list(texts)
+        rows = []
+        for t in texts:
+            v = np.zeros(self.dim)
+            if t in self.table:
+                v[: len(self.table[t])] = self.table[t]
+            else:
+                assert not self.strict, f"unexpected text embedded: {t!r}"
+                v[2:] = np.random.default_rng(zlib.crc32(t.encode())).normal(size=self.dim - 2)
+            rows.append(v / np.linalg.norm(v))
+        return np.asarray(rows, dtype=np.float32).reshape(len(texts), self.dim)
+
+
+class FixedLabeler:
+    """Candidates in a fixed c-TF-IDF order (what the re-rank starts from)."""
+
+    source = "tfidf"
+
+    def __init__(self, terms: list[str]) -> None:
+        self.terms = terms
+
+    def label(self, clusters):
+        return [ClusterLabel(c.cluster_id, label_phrase(self.terms), list(self.terms), "tfidf")
+                for c in clusters]
+
+
+def _unit_vec(*xs: float) -> np.ndarray:
+    v = np.zeros(16, dtype=np.float32)
+    v[: len(xs)] = xs
+    return v / np.linalg.norm(v)
+
+
+@pytest.mark.parametrize("centroid_model", ["table@1", "other-model@2"],
+                         ids=["stored-centroid", "model-mismatch-embeds-texts"])
+def test_embedding_labeler_picks_the_term_closest_to_the_centroid(centroid_model):
+    from brb_pipeline.core.labeling import EmbeddingLabeler
+
+    table = {  # cosine to the centroid direction (1, 0) in the comment
+        "booked": [0.0, 1.0],  # 0.0: c-TF-IDF's first pick, not about the cluster
+        "lisbon": [0.6, 0.8],  # 0.6
+        "airport": [0.8, 0.6],  # 0.8
+        "flights": [1.0, 0.05],  # ~1.0: the closest, ranked last by c-TF-IDF
+        "Me (10:00): airport flights": [1.0, 0.0],  # the representative text
+    }
+    embedder = TableEmbedder(table)
+    labeler = EmbeddingLabeler(embedder, FixedLabeler(["booked", "lisbon", "airport", "flights"]),
+                               diversity=0.0)
+    docs = ClusterDocs(0, ["Me (10:00): airport flights"], ["Me (10:00): airport flights"],
+                       centroid=_unit_vec(1.0, 0.0), centroid_model=centroid_model)
+    (lab,) = labeler.label([docs])
+    assert lab.terms == ["flights", "airport", "lisbon", "booked"]  # by cosine, not by c-TF-IDF
+    assert lab.label == "Flights · airport · lisbon" and lab.source == "embedding"
+    # The stored centroid is used only when it comes from the labeler's own model.
+    assert ("Me (10:00): airport flights" in embedder.seen) == (centroid_model != "table@1")
+    # A noise bucket keeps the fallback's label and is never embedded.
+    noise = labeler.label([ClusterDocs(-1, ["Me (10:00): x"])], offline=[
+        ClusterLabel(-1, NOISE_LABEL, [], "tfidf")])
+    assert noise == [ClusterLabel(-1, NOISE_LABEL, [], "tfidf")]
+
+
+def test_embedding_labeler_mmr_spreads_the_label_over_subtopics():
+    from brb_pipeline.core.labeling import EmbeddingLabeler, mmr
+
+    table = {"airport": [1.0, 0.0], "airports": [0.999, 0.045], "hotel": [0.7, 0.714]}
+    docs = ClusterDocs(0, [], centroid=_unit_vec(1.0, 0.2), centroid_model="table@1")
+    plain = EmbeddingLabeler(TableEmbedder(table), FixedLabeler(["hotel", "airports", "airport"]),
+                             diversity=0.0, label_terms=2)
+    diverse = EmbeddingLabeler(TableEmbedder(table), FixedLabeler(["hotel", "airports", "airport"]),
+                               diversity=0.5, label_terms=2)
+    assert plain.label([docs])[0].terms[:2] == ["airports", "airport"]  # near-synonyms
+    assert diverse.label([docs])[0].terms[:2] == ["airports", "hotel"]  # a second subtopic
+    assert mmr(np.zeros((0, 16)), np.zeros(0), 3, 0.3) == []
+
+
+def test_filler_and_names_are_never_terms():
+    from brb_pipeline.core.labeling import EmbeddingLabeler, name_tokens
+
+    # c-TF-IDF: a contact's name mentioned in messages (not as the sender) is a term unless
+    # the contact names are given; the filler words are dropped either way.
+    trip = [f"Me ({10 + i}:00): théo and dubois alrighty yeet lol lisbon trip lisbon" for i in range(3)]
+    other = [f"Me ({10 + i}:00): football match tonight" for i in range(3)]
+    docs = [ClusterDocs(0, trip), ClusterDocs(1, other)]
+    plain = TfidfLabeler().label(docs)[0].terms
+    assert "théo" in plain and "dubois" in plain
+    named = TfidfLabeler(names=["Théo Dubois", "noor.950@example.org"]).label(docs)[0].terms
+    words = {w for t in named for w in t.split()}
+    assert "lisbon" in words and not words & {"théo", "dubois", "alrighty", "yeet", "lol"}
+    assert name_tokens(["Théo Dubois", "noor.950@example.org", "+13125550863"]) == {
+        "théo", "dubois", "noor"}
+    for filler in ["alrighty", "yeet", "lol", "haha", "omg", "lmao", "yeah", "okay", "ok", "gonna",
+                   "wanna", "jajaja", "mdr", "tamam", "يلا"]:
+        assert tokenize(filler) == [], filler
+    # The re-rank drops them from any fallback's candidates before embedding anything: the strict
+    # embedder fails the test if one of them is embedded.
+    embedder = TableEmbedder({"lisbon": [1.0, 0.0], "lisbon trip": [0.9, 0.43]})
+    labeler = EmbeddingLabeler(embedder, FixedLabeler(
+        ["alrighty", "théo", "lisbon", "yeet lol", "théo dubois", "lisbon trip", "okay", "noor"]),
+        names=["Théo Dubois", "noor.950@example.org"])
+    (lab,) = labeler.label([ClusterDocs(0, trip, centroid=_unit_vec(1.0, 0.0),
+                                        centroid_model="table@1")])
+    assert lab.terms == ["lisbon", "lisbon trip"]
+    assert sorted(embedder.seen) == ["lisbon", "lisbon trip"]
+    # Nothing left: the fallback's label stays.
+    (bare,) = EmbeddingLabeler(embedder, FixedLabeler(["lol", "yeah"])).label([ClusterDocs(0, trip)])
+    assert bare.source == "tfidf" and bare.terms == ["lol", "yeah"]
+
+
+def test_two_word_phrases_are_candidates():
+    from brb_pipeline.core.labeling import EmbeddingLabeler
+
+    docs = [ClusterDocs(0, ["Me (10:00): pizza and pasta night"] * 3, centroid=_unit_vec(1.0, 0.0),
+                        centroid_model="table@1"),
+            ClusterDocs(1, ["Me (10:00): football match tonight"] * 3, centroid=_unit_vec(0.0, 1.0),
+                        centroid_model="table@1")]
+    base = TfidfLabeler().label(docs)
+    assert base[0].terms[0] != "pasta night"  # c-TF-IDF alone ranks a unigram first
+    embedder = TableEmbedder({"pasta night": [1.0, 0.0], "football match": [0.0, 1.0]}, strict=False)
+    labels = EmbeddingLabeler(embedder).label(docs)
+    assert labels[0].terms[0] == "pasta night" and labels[0].label.startswith("Pasta night")
+    assert labels[1].terms[0] == "football match"
+    assert "pizza pasta" not in labels[0].terms  # no phrase across a removed word
+
+
+def test_corpus_mean_is_subtracted_from_the_centroid():
+    from brb_pipeline.core.labeling import EmbeddingLabeler
+
+    # "chatting" is close to every chat (the corpus mean); "lisbon" is what sets this one apart.
+    table = {"chatting": [1.0, 0.0], "lisbon": [0.6, 0.8]}
+    cent = _unit_vec(0.9, 0.44)
+    docs = ClusterDocs(0, [], centroid=cent, centroid_model="table@1")
+    labeler = EmbeddingLabeler(TableEmbedder(table), FixedLabeler(["chatting", "lisbon"]),
+                               diversity=0.0)
+    assert labeler.label([docs])[0].terms == ["chatting", "lisbon"]
+    docs.corpus_mean = 0.8 * _unit_vec(1.0, 0.0)
+    assert labeler.label([docs])[0].terms == ["lisbon", "chatting"]
+
+
+def test_cache_is_not_reused_across_labeler_kinds_or_versions(tmp_path):
+    from brb_pipeline.core.labeling import EmbeddingLabeler, labeler_kind
+
+    docs = _docs()
+    members = {d.cluster_id: [f"{d.cluster_id}-{j}" for j in range(len(d.texts))] for d in docs}
+    path = tmp_path / "labels.json"
+    # A label the previous c-TF-IDF version ("tfidf", before names and filler) cached.
+    old = LabelCache(path)
+    for d in docs:
+        old.put("tfidf", membership_hash(members[d.cluster_id]), ClusterLabel(d.cluster_id, "Old", [], "tfidf"))
+    old.save()
+    tfidf, hits = label_clusters(TfidfLabeler(), docs, members, LabelCache(path))
+    assert hits == 0 and "Old" not in {lab.label for lab in tfidf}
+    assert labeler_kind(TfidfLabeler()) == "tfidf/v2"
+
+    def refined(model_id: str) -> EmbeddingLabeler:
+        return EmbeddingLabeler(TableEmbedder({}, strict=False, model_id=model_id))
+
+    first, hits = label_clusters(refined("table@1"), docs, members, LabelCache(path))
+    assert hits == 0 and {lab.source for lab in first} == {"embedding"}  # not the c-TF-IDF labels
+    again, hits = label_clusters(refined("table@1"), docs, members, LabelCache(path))
+    assert hits == 4 and again == first
+    _, hits = label_clusters(refined("table@2"), docs, members, LabelCache(path))  # new weights
+    assert hits == 0
+    assert labeler_kind(refined("table@1")) != labeler_kind(
+        EmbeddingLabeler(TableEmbedder({}, model_id="table@1"), diversity=0.5))
+    # The LLM's namespace includes its fallback's, so new keywords are new prompts.
+    assert labeler_kind(MLXLMLabeler(tmp_path / "m", refined("table@1"))) != labeler_kind(
+        MLXLMLabeler(tmp_path / "m", TfidfLabeler()))
+
+
+def test_refiner_is_asked_only_about_changed_clusters(tmp_path):
+    from brb_pipeline.core.labeling import EmbeddingLabeler
+
+    docs = _docs()
+    members = {d.cluster_id: [f"{d.cluster_id}-{j}" for j in range(len(d.texts))] for d in docs}
+    first = EmbeddingLabeler(TableEmbedder({}, strict=False), CountingLabeler())
+    labels, _ = label_clusters(first, docs, members, LabelCache(tmp_path / "labels.json"))
+    members[2] = members[2] + ["2-new"]
+    embedder = TableEmbedder({}, strict=False)
+    counting = CountingLabeler()
+    second = EmbeddingLabeler(embedder, counting)
+    again, hits = label_clusters(second, docs, members, LabelCache(tmp_path / "labels.json"))
+    assert hits == 3 and again[:2] == labels[:2] and again[3] == labels[3]
+    assert counting.asked == 4  # c-TF-IDF still contrasts against every cluster
+    # Only cluster 2's candidates were embedded (plus its representative texts).
+    assert set(embedder.seen) <= set(TfidfLabeler().label(docs)[2].terms) | set(docs[2].centroid_texts)
+    assert again[2].source == "embedding"
+
+
+def test_make_labeler_chains_the_embedding_rerank(tmp_path):
+    from brb_pipeline.core.labeling import EmbeddingLabeler, make_labeler
+    from brb_pipeline.settings import Settings
+
+    embedder = TableEmbedder({})
+    plain = make_labeler(Settings(home=tmp_path), embedder=embedder, names=["Théo Dubois"])
+    assert isinstance(plain, EmbeddingLabeler) and plain.embedder is embedder
+    assert plain.fallback.names == {"théo", "dubois"}
+    llm = make_labeler(Settings(home=tmp_path, labeler_model_path=tmp_path / "m"), embedder=embedder)
+    assert isinstance(llm, MLXLMLabeler) and isinstance(llm.fallback, EmbeddingLabeler)
