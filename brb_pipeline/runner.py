@@ -122,6 +122,7 @@ def run_ingest(
     t_all = time.perf_counter()
     timings: dict[str, float] = {}
     run_id = metadata.start_run(s.brb_db, str(s.snapshot_dir))
+    stop_forwarding = progress.forward_logs()  # pipeline warnings reach JSON lines, not only stderr
     try:
         t = time.perf_counter()
         r = _materialize(dg.AssetSelection.groups(INGEST), s, runtime, instance)
@@ -141,13 +142,14 @@ def run_ingest(
             metadata.reset_embedded(s.brb_db, forced)
         todo = sorted(set(changed) | set(missing) | set(forced))
         t = time.perf_counter()
-        runtime.embed_progress = _embed_progress_factory(progress, todo)
+        plan = _BatchPlan(todo, all_batches)
+        runtime.embed_progress = embed_progress = _EmbedProgress(progress, plan, _display_names(s))
         for i, b in enumerate(todo):
             cancel.check()
-            progress.update("chunking", 100 * i / max(1, len(todo)), f"{b} ({i + 1}/{len(todo)})")
+            plan.report_chunking(progress, i, f"{b} ({i + 1}/{len(todo)})")
             _materialize(dg.AssetSelection.groups(PER_BATCH), s, runtime, instance, partition_key=b)
-        progress.update("chunking", 100, f"{len(todo)} batches")
-        progress.update("embedding", 100, f"{len(todo)} batches embedded, {len(all_batches) - len(todo)} unchanged")
+        plan.report_chunking(progress, len(todo), f"{len(todo)} batches")
+        embed_progress.report_end(f"{len(todo)} batches embedded, {len(all_batches) - len(todo)} unchanged")
         timings["batches"] = round(time.perf_counter() - t, 3)
         cancel.check()
         t = time.perf_counter()
@@ -176,6 +178,8 @@ def run_ingest(
     except BaseException as e:
         metadata.finish_run(s.brb_db, run_id, status="failed", timings=timings, error=str(e)[:500])
         raise
+    finally:
+        stop_forwarding()
 
 
 def _batches_of(s: Settings, contact_ids: list[str]) -> list[str]:
@@ -183,19 +187,83 @@ def _batches_of(s: Settings, contact_ids: list[str]) -> list[str]:
     return sorted(set(contacts.filter(pl.col("contact_id").is_in(contact_ids))["batch"].drop_nulls().to_list()))
 
 
-def _embed_progress_factory(progress: Progress, todo: list[str]):
-    order = {b: i for i, b in enumerate(todo)}
+class _BatchPlan:
+    """The batches a run chunks and embeds, in order, weighted by their message counts: the
+    chunking and embedding percents advance by messages, so a top batch of ten busy contacts
+    weighs more than a tail batch of fifty quiet ones and the ETA extrapolates fairly."""
 
-    def for_batch(batch: str):
-        i = order.get(batch, 0)
+    def __init__(self, todo: list[str], batches: list[dict[str, Any]]) -> None:
+        rows = {b["batch"]: b for b in batches}
+        self.todo = todo
+        self.messages = {b: int(rows.get(b, {}).get("messages") or 0) for b in todo}
+        self.contacts = {b: int(rows.get(b, {}).get("contacts") or 0) for b in todo}
+        self.before: dict[str, int] = {}
+        acc = 0
+        for b in todo:
+            self.before[b] = acc
+            acc += max(1, self.messages[b])
+        self.weight = max(1, acc)
 
-        def cb(done: int, total: int) -> None:
+    def percent(self, batch: str, frac: float) -> float:
+        """Percent of the whole loop once ``frac`` (0-1) of ``batch`` is done."""
+        if batch not in self.before:
+            return 0.0
+        return 100 * (self.before[batch] + frac * max(1, self.messages[batch])) / self.weight
+
+    def totals(self, done: list[str]) -> dict[str, int]:
+        """Batches, contacts and messages of the finished batches ``done``, and of all."""
+        return {"batches_done": len(done), "batches_total": len(self.todo),
+                "contacts_done": sum(self.contacts[b] for b in done), "contacts_total": sum(self.contacts.values()),
+                "messages_done": sum(self.messages[b] for b in done), "messages_total": sum(self.messages.values())}
+
+    def report_chunking(self, progress: Progress, i: int, message: str) -> None:
+        """Chunking as batch ``i`` starts (``i == len(todo)``: all done); rate in messages/s."""
+        done = self.todo[:i]
+        pct = 100.0 if i >= len(self.todo) else self.percent(self.todo[i], 0.0)
+        stats = self.totals(done)
+        progress.update("chunking", pct, message, current_contact=self.todo[i] if i < len(self.todo) else None,
+                        count=stats["messages_done"], unit="messages", **stats)
+
+
+class _EmbedProgress:
+    """``run_embed`` callbacks, one per batch, reporting the embedding stage as a whole: percent
+    by messages, the batch's chunks done and total, chunks embedded in the run so far (the rate
+    and ETA), batches and contacts finished, and whose chunks are embedded (display name, else
+    the batch key). Names only, never message text."""
+
+    def __init__(self, progress: Progress, plan: _BatchPlan, names: dict[str, str]) -> None:
+        self.progress, self.plan, self.names = progress, plan, names
+        self.done: dict[str, int] = {}  # batch -> chunks embedded
+        self.finished: list[str] = []
+
+    def __call__(self, batch: str):
+        def cb(done: int, total: int, contact_id: str | None = None) -> None:
             frac = done / total if total else 1.0
-            progress.update("embedding", 100 * (i + frac) / max(1, len(todo)), f"{batch} {done:,}/{total:,} chunks")
+            self.done[batch] = done
+            if frac >= 1.0 and batch not in self.finished:
+                self.finished.append(batch)
+            embedded = sum(self.done.values())
+            stats = self.plan.totals(self.finished)
+            del stats["messages_done"], stats["messages_total"]
+            self.progress.update("embedding", self.plan.percent(batch, frac), f"{batch} {done:,}/{total:,} chunks",
+                                 current_contact=self.names.get(contact_id or "") or batch,
+                                 count=embedded, unit="chunks", batch=batch, chunks_done=done, chunks_total=total,
+                                 chunks_embedded=embedded, **stats)
 
         return cb
 
-    return for_batch
+    def report_end(self, message: str) -> None:
+        embedded = sum(self.done.values())
+        stats = self.plan.totals(self.plan.todo)
+        del stats["messages_done"], stats["messages_total"]
+        self.progress.update("embedding", 100, message, count=embedded, unit="chunks",
+                             chunks_embedded=embedded, **stats)
+
+
+def _display_names(s: Settings) -> dict[str, str]:
+    """contact_id -> display name, for ``current_contact`` in progress."""
+    contacts = metadata.read_contacts(s.brb_db)
+    return {c: n for c, n in zip(contacts["contact_id"].to_list(), contacts["display_name"].to_list()) if n}
 
 
 def home_exists(s: Settings) -> bool:

@@ -115,7 +115,7 @@ def run_embed(
     batch: str,
     embedder: Any,
     *,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[..., None] | None = None,
     cancel: Callable[[], bool] | None = None,
     reuse: bool = True,
 ) -> dict[str, Any]:
@@ -127,6 +127,10 @@ def run_embed(
     from other batches' partitions (a contact that moved batch) or from the vectors a partition
     rewritten earlier dropped (see :func:`retire_vectors`). ``reuse=False`` re-embeds every chunk
     (``brb ingest --reembed``).
+
+    ``progress(done, total, contact_id=...)`` is called with the chunks embedded so far out of
+    those this batch embeds, and the contact whose chunks are embedded next: (0, 0) when nothing
+    is embedded.
     """
     from brb_pipeline.core.errors import CancelledError
 
@@ -136,7 +140,7 @@ def run_embed(
     out = partition_path(s.staging_dir, batch)
     if row.get("embedded_fingerprint") == key and row.get("embedding_model") and out.exists():
         if progress:
-            progress(1, 1)
+            progress(0, 0)
         return {"skipped": True, "reason": "unchanged since last embedding", "chunks": row.get("chunks") or 0,
                 "embedding_model": row.get("embedding_model"), "seconds": round(time.perf_counter() - t0, 3)}
     src = paths.chunks(s, batch)
@@ -158,20 +162,24 @@ def run_embed(
     if reuse and todo:
         contacts = set(chunks["contact_id"].drop_nulls().unique().to_list())
         todo, reused_other = _fill_from_other_batches(s, batch, texts, todo, emb, config, contacts)
+    owners = chunks["contact_id"].to_list()
+    if progress and todo:
+        progress(0, len(todo), contact_id=owners[todo[0]])
     for j in range(0, len(todo), EMBED_GROUP):
         if cancel and cancel():
             raise CancelledError(f"cancelled while embedding {batch}; earlier batches and the store are intact")
         idx = todo[j:j + EMBED_GROUP]
         emb[idx] = embedder.embed([texts[i] for i in idx])
         if progress:
-            progress(min(j + EMBED_GROUP, len(todo)), len(todo))
+            done = min(j + EMBED_GROUP, len(todo))
+            progress(done, len(todo), contact_id=owners[todo[min(done, len(todo) - 1)]])
     retired = retire_vectors(s, batch, cached, texts, config)
     write_partition(s.staging_dir, batch, chunks, emb, embedder.model_id)
     _config_path(out).write_text(config)
     metadata.mark_embedded(s.brb_db, batch, key, embedder.model_id, chunks.height)
     secs = time.perf_counter() - t0
     if progress:
-        progress(1, 1)
+        progress(len(todo), len(todo))
     return {
         "skipped": False,
         "chunks": chunks.height,

@@ -104,11 +104,15 @@ def run_parse(s: Settings, progress: Progress | None = None, cancel: Cancel | No
     chats: list[pl.DataFrame] = []
     stats: dict[str, int] = {}
     warnings: list[str] = []
+    read: dict[str, int] = {}  # rows read per channel: the rate counts every channel's rows
     with paths.atomic_parquet_writer(paths.parsed_messages(s), MESSAGE_SCHEMA) as write:
         for i, channel in enumerate(channels):
             def prog(done: int, total: int, i: int = i, channel: str = channel) -> None:
+                read[channel] = done
                 if progress and total:
-                    progress.update("parsing", 100 * (i + done / total) / len(channels), f"{channel} {done:,}/{total:,}")
+                    progress.update("parsing", 100 * (i + done / total) / len(channels),
+                                    f"{channel} {done:,}/{total:,}", count=sum(read.values()), unit="messages",
+                                    channel=channel, messages_done=done, messages_total=total)
 
             stream = _channel_stream(s, snap, channel, cancel, prog)
             if stream is None:
@@ -135,7 +139,8 @@ def run_parse(s: Settings, progress: Progress | None = None, cancel: Cancel | No
         log.warning("Parsing - %s", w)
     n = tally.messages
     if progress:
-        progress.update("parsing", 100, f"{n:,} messages")
+        progress.update("parsing", 100, f"{n:,} messages", count=sum(read.values()), unit="messages",
+                        messages_done=n, messages_total=n)
     meta: dict[str, Any] = {
         "messages": n,
         "chats": chat_frame.height,
