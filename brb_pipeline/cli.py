@@ -53,9 +53,10 @@ def _settings(home: Path | None, **overrides: Any) -> Settings:
 
 
 @main.command()
-@click.option("--chat-db", type=click.Path(path_type=Path), default=None, help="Apple Messages chat.db.")
+@click.option("--chat-db", type=click.Path(path_type=Path, readable=False), default=None,  # brb says why not
+              help="Apple Messages chat.db (default on macOS: ~/Library/Messages/chat.db).")
 @click.option("--addressbook", type=click.Path(path_type=Path), default=None,
-              help="Folder with AddressBook-v22.abcddb (e.g. ~/Library/Application Support/AddressBook).")
+              help="Folder with AddressBook-v22.abcddb (default on macOS: ~/Library/Application Support/AddressBook).")
 @click.option("--whatsapp", type=click.Path(path_type=Path), default=None,
               help="WhatsApp ChatStorage.sqlite; giving it turns the WhatsApp channel on.")
 @click.option("--no-whatsapp", is_flag=True, help="Turn the WhatsApp channel off.")
@@ -69,13 +70,21 @@ def _settings(home: Path | None, **overrides: Any) -> Settings:
 @home_opt
 def ingest(chat_db, addressbook, whatsapp, no_whatsapp, contacts, progress_mode, cancel_file, no_insights, reembed,
            home):
-    """Snapshot the sources and run every stage: parse, chunk, embed, store, index, map."""
+    """Snapshot the sources and run every stage: parse, chunk, embed, store, index, map.
+
+    On macOS, with no source given or saved, reads ~/Library/Messages/chat.db and
+    ~/Library/Application Support/AddressBook."""
+    from brb_pipeline import settings as settings_mod
+
     overrides: dict[str, Any] = {"chat_db": chat_db, "addressbook_dir": addressbook}
     if whatsapp:
         overrides.update(whatsapp_db=whatsapp, whatsapp_enabled=True)
     if no_whatsapp:
         overrides["whatsapp_enabled"] = False
-    s = _settings(home, **overrides)
+    s = settings_mod.with_platform_defaults(_settings(home, **overrides), Path.home(), sys.platform)
+    if s.imessage_enabled:  # a private chat.db: Full Disk Access is the first thing to say
+        settings_mod.check_source_readable(s.chat_db, "chat.db")
+    s.check_writable()
     _run_ingest(s, progress_mode, cancel_file, list(contacts), analyze=not no_insights, reembed=reembed)
 
 

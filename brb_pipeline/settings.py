@@ -6,6 +6,8 @@ so the Dagster UI, schedule and sensors ingest the same sources; it remembers wh
 explicitly and what it already held, never a ``BRB_*`` value (a variable applies to the process
 that has it). Every path is made absolute against the working directory when it is loaded.
 The home dir is ``BRB_HOME`` or ``~/.brb``; the demo's is ``BRB_DEMO_HOME`` or ``~/.brb-demo``.
+On macOS, `brb ingest` with no source at all reads the user's own Messages and Contacts stores
+(:func:`platform_default_sources`), and says to grant Full Disk Access when it may not.
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from brb_pipeline.core.errors import SettingsError
+from brb_pipeline.core.errors import SettingsError, SourceMissingError
 
 DEFAULT_MODEL = "bundled:all-MiniLM-L6-v2"
 DEMO_ARCHIVE = "demo-archive"  # the folder of <home> that `brb demo` builds its archive in
@@ -230,6 +233,66 @@ class Settings:
 
     def channels(self) -> dict[str, bool]:
         return {"imessage": self.imessage_enabled, "whatsapp": self.whatsapp_enabled}
+
+
+#: Where macOS keeps the signed-in user's Messages and Contacts stores, under their home dir.
+MAC_CHAT_DB = Path("Library/Messages/chat.db")
+MAC_ADDRESSBOOK = Path("Library/Application Support/AddressBook")
+
+
+def platform_default_sources(home_dir: Path, platform: str) -> dict[str, Path]:
+    """The sources `brb ingest` reads when none is given, set or saved.
+
+    Args:
+        home_dir: the user's home (``Path.home()``; tests pass a fake one).
+        platform: ``sys.platform``.
+
+    Returns:
+        On macOS (``"darwin"``) ``chat_db`` and ``addressbook_dir`` under ``home_dir``, each
+        when present (a chat.db macOS keeps private without Full Disk Access counts as present:
+        reading it then says to grant access); elsewhere nothing. WhatsApp and Mail never.
+    """
+    if platform != "darwin":
+        return {}
+    found = {}
+    for name, rel in (("chat_db", MAC_CHAT_DB), ("addressbook_dir", MAC_ADDRESSBOOK)):
+        p = absolute(Path(home_dir) / rel)
+        try:
+            os.stat(p)
+        except PermissionError:
+            pass  # there, but private to this process
+        except OSError:
+            continue
+        found[name] = p
+    return found
+
+
+def with_platform_defaults(s: Settings, home_dir: Path | None = None, platform: str | None = None) -> Settings:
+    """``s`` with :func:`platform_default_sources` filled in when it names no source at all (no
+    flag, ``BRB_*`` variable or saved chat.db, AddressBook or WhatsApp store) and reads
+    iMessage; otherwise ``s`` itself. A run saves what it used, so later runs and the sensors
+    read the same files."""
+    if s.chat_db or s.addressbook_dir or s.whatsapp_db or not s.imessage_enabled:
+        return s
+    found = platform_default_sources(home_dir or Path.home(), platform or sys.platform)
+    return dataclasses.replace(s, **found) if found else s
+
+
+def check_source_readable(path: Path | None, what: str = "chat.db") -> None:
+    """Raise :class:`SourceMissingError` saying to grant Full Disk Access when ``path`` is there
+    but this process may not read it (macOS privacy protection, file modes). A missing file, a
+    folder or a non-database is left to the snapshot, which names the problem."""
+    if path is None:
+        return
+    try:
+        with open(path, "rb"):
+            pass
+    except PermissionError as e:
+        raise SourceMissingError(
+            f"{what} at {path} is not readable ({e.strerror}); on macOS grant Full Disk Access to your terminal"
+        ) from None
+    except OSError:
+        return
 
 
 def check_home(home: Path, write: bool = False) -> None:
