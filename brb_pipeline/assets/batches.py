@@ -5,6 +5,7 @@ import dagster as dg
 
 from brb_pipeline.assets.groups import PER_BATCH, contact_batches_partitions
 from brb_pipeline.assets.ingest import contact_batches
+from brb_pipeline.core import faults
 from brb_pipeline.pipeline import embed
 
 
@@ -16,7 +17,9 @@ def batch_chunks(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     rt.cancel.check()
     s = context.resources.brb.load()
     prefix = rt.embedder(s).document_prefix
-    return dg.MaterializeResult(metadata=embed.run_chunk(s, context.partition_key, prefix))
+    meta = embed.run_chunk(s, context.partition_key, prefix)
+    faults.point("chunks_written")
+    return dg.MaterializeResult(metadata=meta)
 
 
 @dg.asset(group_name=PER_BATCH, partitions_def=contact_batches_partitions, deps=[batch_chunks],

@@ -4,6 +4,7 @@
 import dagster as dg
 
 from brb_pipeline.assets.groups import INGEST, contact_batches_partitions
+from brb_pipeline.core import faults
 from brb_pipeline.pipeline import ingest
 
 
@@ -14,6 +15,7 @@ def source_snapshot(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     rt = context.resources.runtime
     rt.cancel.check()
     meta = ingest.run_snapshot(context.resources.brb.load(), rt.progress_for(context))
+    faults.point("snapshot_copied")
     return dg.MaterializeResult(metadata=meta)
 
 
@@ -22,6 +24,7 @@ def parsed_messages(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     """Every enabled channel's messages in one normalized frame (tapbacks folded, text decoded)."""
     rt = context.resources.runtime
     meta = ingest.run_parse(context.resources.brb.load(), rt.progress_for(context), rt.cancel)
+    faults.point("parsed")
     return dg.MaterializeResult(metadata=meta)
 
 

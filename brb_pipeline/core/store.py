@@ -22,6 +22,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from brb_pipeline.core import faults
 from brb_pipeline.core import index as index_mod
 from brb_pipeline.core.duck import META_DDL, get_meta, set_meta, table_exists
 from brb_pipeline.core.errors import StoreError
@@ -84,7 +85,8 @@ def partition_path(staging_dir: Path, batch: str) -> Path:
 
 
 def write_partition(
-    staging_dir: Path, batch: str, chunks: pl.DataFrame, embeddings: np.ndarray, embedding_model: str
+    staging_dir: Path, batch: str, chunks: pl.DataFrame, embeddings: np.ndarray, embedding_model: str,
+    region: str = "US",
 ) -> Path:
     """Write one batch's chunks + embeddings as ``staging_dir/chunks/batch=<key>.parquet``.
 
@@ -97,6 +99,7 @@ def write_partition(
         chunks: one row per chunk with :data:`CHUNK_COLUMNS` (``batch`` may be absent).
         embeddings: ``(n, dim)`` float32, row i embeds ``chunks[i]``.
         embedding_model: ``name@hash`` of the model that produced ``embeddings``.
+        region: default region of phone numbers without a country code (their indexed forms).
 
     Returns:
         The partition path.
@@ -117,7 +120,7 @@ def write_partition(
     if missing:
         raise ValueError(f"chunk frame lacks columns {missing}")
     schema = chunk_arrow_schema(dim)
-    frame = chunks.select(CHUNK_COLUMNS).with_columns(pl.Series("lexical_extra", _lexical_extras(chunks["content"])))
+    frame = chunks.select(CHUNK_COLUMNS).with_columns(pl.Series("lexical_extra", _lexical_extras(chunks["content"], region)))
     base = frame.to_arrow()
     arrays = [base.column(name).cast(schema.field(name).type) for name in schema.names[:15]]
     # Zero-copy: the float buffer of the fixed-size list is the numpy array itself.
@@ -138,13 +141,15 @@ def write_partition(
     return path
 
 
-def _lexical_extras(content: pl.Series) -> list[str]:
-    """:func:`index.lexical_extra` per row; Python runs only on rows a vectorized regex flags."""
+def _lexical_extras(content: pl.Series, region: str = "US") -> list[str]:
+    """:func:`index.lexical_extra` per row; Python runs only on rows a vectorized regex flags
+    (a 3+ digit run, a CJK pair or an emoji-range character). ``region`` is the default region
+    for phone numbers without a country code; queries must use the same one."""
     out = [""] * len(content)
     if len(content):
         flagged = content.str.contains(index_mod.LEXICAL_EXTRA_CANDIDATE).fill_null(False)
         for i in flagged.arg_true().to_list():
-            out[i] = index_mod.lexical_extra(content[i])
+            out[i] = index_mod.lexical_extra(content[i], region)
     return out
 
 
@@ -288,6 +293,7 @@ def load_partitions(
         if model is not None:
             set_meta(con, "embedding_model", model)
             set_meta(con, "dim", dim)
+        faults.point("load_before_commit")
         _commit_checkpointed(con)
     except BaseException as exc:
         _rollback(con)
@@ -299,6 +305,7 @@ def load_partitions(
             ) from None
         raise
     con.execute("CHECKPOINT")
+    faults.point("load_committed")
     report.seconds = time.perf_counter() - t0
     log.info(
         "Saving - loaded %d chunks (%d replaced) from %d partitions in %.2f s",

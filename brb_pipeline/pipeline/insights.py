@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from brb_pipeline.core import duck, metadata
+from brb_pipeline.core import duck, faults, metadata
 from brb_pipeline.core.clustering import cluster, stable_cluster_ids, vote_by_neighbours
 from brb_pipeline.core.errors import StoreError
 from brb_pipeline.core.insights_map import cluster_summary, summary_markdown, write_map
@@ -229,6 +229,7 @@ def run_projection(s: Settings, refit: bool = False) -> dict[str, Any]:
         log.info("Projection - refit: %s", plan.reason)
         out, info, meta = _refit(s, emb, ids, fps)
         meta["refit_reason"] = plan.reason
+    faults.point("projection")
     _write(out, _dir(s) / "projection.parquet", {**base, **info})
     return {"chunks": n, "dim": base["dim"], **meta, "store_generation": gen,
             "seconds": round(time.perf_counter() - t0, 3)}
@@ -455,6 +456,7 @@ def run_labels(s: Settings, labeler: Any | None = None, embedder: Any | None = N
                       for lab in out],
     }, schema={"cluster_id": pl.Int64, "label": pl.Utf8, "terms": pl.List(pl.Utf8), "label_source": pl.Utf8,
                "made_from": pl.List(pl.Utf8)})
+    faults.point("labels")
     _write(table, _dir(s) / "labels.parquet", {"format": FORMAT, "labeler": kind})
     return {
         "clusters": len(out),
@@ -526,6 +528,7 @@ def run_map(s: Settings) -> dict[str, Any]:
         if "terms" not in summary.columns else summary
     metadata.replace_clusters(s.brb_db, summary)
     files = write_map(s.insights_dir, points, summary, title="brb — conversation map")
+    faults.point("map_written")
     return {
         "clusters": int(summary.filter(pl.col("cluster_id") >= 0).height),
         "points": points.height,
