@@ -26,14 +26,16 @@ def undecodable_messages(context: dg.AssetCheckExecutionContext) -> dg.AssetChec
 
 def _store_check(context: dg.AssetCheckExecutionContext, fn, severity=dg.AssetCheckSeverity.ERROR):
     s = context.resources.brb.load()
-    con = duck.connect(s.duckdb_path, read_only=True)
+    # a load's checks look at the copy it wrote (published only once its indexes are built)
+    target = paths.store_next(s) if paths.store_next(s).exists() else s.duckdb_path
+    con = duck.connect(target, read_only=True)
     try:
         return _result(*fn(s, con), severity)
     finally:
         con.close()
 
 
-@dg.asset_check(asset=chunk_store, required_resource_keys={"brb"},
+@dg.asset_check(asset=chunk_store, required_resource_keys={"brb"}, blocking=True,
                 description="No duplicate chunk ids; chunk count plausible for the message count.")
 def chunk_count_sanity(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
     def fn(s, con):
@@ -44,13 +46,13 @@ def chunk_count_sanity(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckR
     return _store_check(context, fn)
 
 
-@dg.asset_check(asset=chunk_store, required_resource_keys={"brb"},
+@dg.asset_check(asset=chunk_store, required_resource_keys={"brb"}, blocking=True,
                 description="Every embedding is finite and unit-length (no NaN or zero vectors).")
 def vectors_are_valid(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
     return _store_check(context, lambda s, con: checks.vectors_valid(con))
 
 
-@dg.asset_check(asset=chunk_store, required_resource_keys={"brb"},
+@dg.asset_check(asset=chunk_store, required_resource_keys={"brb"}, blocking=True,
                 description="One embedding model across the whole store.")
 def single_embedding_model(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
     return _store_check(context, lambda s, con: checks.single_model(con))

@@ -7,7 +7,7 @@ from pathlib import Path
 import dagster as dg
 
 from brb_pipeline.assets.groups import INSIGHTS
-from brb_pipeline.assets.store import chunk_store
+from brb_pipeline.assets.store import text_index, vector_index
 from brb_pipeline.pipeline import insights
 
 
@@ -23,7 +23,7 @@ class LayoutConfig(dg.Config):
     refit: bool = False
 
 
-@dg.asset(group_name=INSIGHTS, deps=[chunk_store], kinds={"sklearn", "umap"}, required_resource_keys={"brb", "runtime"})
+@dg.asset(group_name=INSIGHTS, deps=[vector_index, text_index], kinds={"sklearn", "umap"}, required_resource_keys={"brb", "runtime"})
 def projection(context: dg.AssetExecutionContext, config: LayoutConfig) -> dg.MaterializeResult:
     """PCA (embedding dim -> 50) then UMAP to 2-D and 3-D, seeded; a small change is placed instead."""
     _progress(context, 5, "layout")

@@ -15,8 +15,8 @@ def _progress(context: dg.AssetExecutionContext, percent: float, message: str) -
 @dg.asset(group_name=STORE, deps=[batch_embeddings], pool=DUCKDB_POOL, kinds={"duckdb"},
           required_resource_keys={"brb", "runtime"})
 def chunk_store(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-    """All embedded partitions loaded into brb.duckdb with one set-based INSERT ... read_parquet;
-    a rerun partition's rows are replaced atomically."""
+    """The changed partitions loaded into a copy of brb.duckdb (``brb.duckdb.next``) with set-based
+    INSERT ... read_parquet; the copy replaces the store once both indexes are built in it."""
     context.resources.runtime.cancel.check()
     _progress(context, 5, "loading partitions")
     meta = store.run_load(context.resources.brb.load())
@@ -27,7 +27,8 @@ def chunk_store(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
 @dg.asset(group_name=STORE, deps=[chunk_store], pool=DUCKDB_POOL, kinds={"duckdb"},
           required_resource_keys={"brb", "runtime"})
 def vector_index(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-    """HNSW (cosine) index over the embeddings, built once after the load."""
+    """HNSW (cosine) index over the embeddings, built once after the load (in the copy; the second
+    index to finish publishes it)."""
     _progress(context, 45, "building HNSW index")
     meta = store.run_vector_index(context.resources.brb.load())
     _progress(context, 80, "HNSW ready")

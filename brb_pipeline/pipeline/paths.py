@@ -58,6 +58,12 @@ def staged_batch_files(s: Settings) -> dict[str, list[Path]]:
     return out
 
 
+def store_next(s: Settings) -> Path:
+    """The staging copy of brb.duckdb a load and its index builds write; it replaces the store
+    only when both indexes are built in it (``pipeline.store.publish``)."""
+    return s.home / "brb.duckdb.next"
+
+
 def snapshot_manifest(s: Settings) -> Path:
     return s.snapshot_dir / "manifest.json"
 

@@ -7,8 +7,9 @@ from stdin); :func:`run_search` is one question with its own open and close, as 
 the file, and on the first query reading the HNSW graph and the BM25 tables from disk
 (one-shot p50 495 ms at 63,570 chunks against 41 ms per hybrid search on an open store, 56 ms with
 the query embedding; ``benchmarks/bench_e2e.py``).
-A Searcher holds a read-only connection, which keeps a writer (``brb ingest``) out until it is
-closed.
+A Searcher holds a read-only connection to brb.duckdb; an ingest never writes that file in place
+(it publishes a new one with a rename, see ``pipeline/store.py``), so an open Searcher neither
+blocks an ingest nor sees a half-built store: it keeps answering from the file it opened.
 """
 
 from __future__ import annotations
@@ -174,7 +175,7 @@ class Searcher:
         res = search(self.con, query_text=text, query_vec=vec, mode=mode, k=k, fusion=fusion or fusion_of(s),
                      contact_ids=contact_ids or None, channel=channel, since=since, until=until,
                      ef_search=s.hnsw_ef_search, merge=merge, diversity=diversity,
-                     min_similarity=s.search_min_similarity or None)
+                     min_similarity=s.search_min_similarity or None, region=s.default_region)
         res.timings_ms["embed"] = embed_ms  # the query embedding, apart from search's own total
         hits = [self._hit(h, context) for h in res.hits]
         latency_ms = round((time.perf_counter() - t0) * 1000, 2)

@@ -1,14 +1,28 @@
-"""Unpartitioned store stages: load every embedded partition into brb.duckdb, then build the
-HNSW and BM25 indexes once, after the load."""
+"""Unpartitioned store stages: load every embedded partition, build the HNSW and BM25 indexes
+once after the load, then publish the result.
+
+Nothing writes brb.duckdb in place. A load copies the store to ``brb.duckdb.next``
+(:func:`paths.store_next`) and changes the copy; the two index stages build their index in the
+copy; the stage that finds both built replaces brb.duckdb with the copy in one rename
+(:func:`publish`). So a run killed or failed at any point leaves the previous store and both its
+indexes in brb.duckdb (every search mode keeps answering from it), and the next load discards the
+leftover copy and starts again from the store. brb.db learns which partitions the store holds
+(``loaded_fingerprint``) only after the rename, so partitions loaded by a run that died before it
+are loaded again. A search that has the old file open keeps reading it; a load never waits for it.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from brb_pipeline.core import duck, metadata
+from brb_pipeline.core import duck, faults, metadata
+from brb_pipeline.core.errors import StoreError
 from brb_pipeline.core.index import build_fts, build_hnsw, index_status
 from brb_pipeline.core.store import LoadMemoryError, load_partitions, partition_path, store_stats
 from brb_pipeline.pipeline import paths
@@ -18,59 +32,144 @@ from brb_pipeline.settings import Settings
 log = logging.getLogger("brb")
 
 GENERATION = "store_generation"  # bumped on every load that changed rows; indexes record theirs
+PENDING_LOADED = "pending_loaded"  # meta of the staging copy: batch -> fingerprint it was loaded from
+
+
+def _wal(p: Path) -> Path:
+    return p.with_name(p.name + ".wal")
+
+
+def discard_next(s: Settings) -> bool:
+    """Delete a staging copy of the store (left by a killed or failed run). Returns whether one existed."""
+    nxt = paths.store_next(s)
+    existed = nxt.exists()
+    for f in (nxt, _wal(nxt)):
+        f.unlink(missing_ok=True)
+    shutil.rmtree(nxt.with_name(nxt.name + ".tmp"), ignore_errors=True)  # DuckDB's spill folder
+    return existed
+
+
+def _begin_update(s: Settings) -> Path:
+    """A fresh staging copy of the store (an empty path when there is no store yet)."""
+    discard_next(s)
+    nxt = paths.store_next(s)
+    if s.duckdb_path.exists():
+        shutil.copyfile(s.duckdb_path, nxt)
+        if _wal(s.duckdb_path).exists():  # committed but not checkpointed: replayed when the copy opens
+            shutil.copyfile(_wal(s.duckdb_path), _wal(nxt))
+    return nxt
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def publish(s: Settings) -> dict[str, Any] | None:
+    """Replace brb.duckdb with the staging copy once both its indexes cover it (or it is empty).
+
+    Returns:
+        ``{"rows", "generation"}`` when it published; None when there is no copy or an index is
+        still missing in it.
+    """
+    nxt = paths.store_next(s)
+    if not nxt.exists():
+        return None
+    con = duck.connect(nxt)
+    try:
+        status = index_status(con)
+        if not (status["ready"] or status["store_rows"] == 0):
+            return None
+        loaded = duck.get_meta(con, PENDING_LOADED) or {}
+        gen = duck.get_meta(con, GENERATION, 0)
+        duck.set_meta(con, PENDING_LOADED, None)
+        con.execute("CHECKPOINT")
+    finally:
+        con.close()
+    if _wal(nxt).exists():
+        raise StoreError(f"the new store {nxt.name} did not close cleanly; it was not published: rerun `brb ingest`")
+    _fsync(nxt)
+    _wal(s.duckdb_path).unlink(missing_ok=True)  # its content is in the copy
+    os.replace(nxt, s.duckdb_path)
+    _fsync(s.home)
+    faults.point("published")
+    if loaded:
+        metadata.mark_loaded(s.brb_db, loaded)
+    log.info("Saving - published the new store: %d chunks, generation %s", status["store_rows"], gen)
+    return {"rows": int(status["store_rows"]), "generation": gen}
+
+
+def _stored(s: Settings) -> tuple[dict[str, int], str | None]:
+    """Chunks per batch and the embedding model of the published store."""
+    if not s.duckdb_path.exists():
+        return {}, None
+    con = duck.connect(s.duckdb_path, read_only=True)
+    try:
+        return store_stats(con).get("batches", {}) or {}, duck.get_meta(con, "embedding_model")
+    finally:
+        con.close()
 
 
 def run_load(s: Settings) -> dict[str, Any]:
-    """Replace the rows of changed partitions, drop partitions that no longer exist.
+    """Load changed partitions into a staging copy of the store, drop partitions that no longer exist.
 
     Partitions are loaded when their staged embeddings differ from what the store holds; when
     the staged embeddings come from another model than the store's, everything is reloaded
-    (vectors of two models never share an index). After a load the retired vectors (kept for
-    batches embedded in the same ingestion) are deleted: they hold message text.
+    (vectors of two models never share an index). The copy becomes the store when the index
+    stages have built both indexes in it (:func:`publish`). After a load the retired vectors
+    (kept for batches embedded in the same ingestion) are deleted: they hold message text.
     """
     t0 = time.perf_counter()
     batches = {b["batch"]: b for b in metadata.all_batches(s.brb_db)}
-    con = duck.connect(s.duckdb_path, memory_limit=s.duckdb_load_memory_limit)
+    stored, stored_model = _stored(s)
+    models = {b["embedding_model"] for b in batches.values() if b.get("embedding_model")}
+    if len(models) > 1:
+        log.warning("Saving - staged partitions come from %d models; waiting for re-embedding", len(models))
+    model = sorted(models)[0] if models else None
+    replace_all = bool(stored_model and model and stored_model != model)
+    todo = {
+        b: partition_path(s.staging_dir, b)
+        for b, row in batches.items()
+        if row.get("embedded_fingerprint")
+        and (replace_all or row.get("loaded_fingerprint") != row["embedded_fingerprint"] or b not in stored)
+        and partition_path(s.staging_dir, b).exists()
+    }
+    remove = sorted(set(stored) - set(batches))
+    if not todo and not remove:
+        drop_retired(s)
+        discard_next(s)  # a copy left by a killed run: brb.db says the store already holds everything
+        return {"changed": False, "chunks": int(sum(stored.values())), "seconds": round(time.perf_counter() - t0, 3),
+                "embedding_model": str(stored_model), "staged_files_pruned": prune_partitions(s, set(batches))}
+    nxt = _begin_update(s)
     try:
-        stored = store_stats(con).get("batches", {}) or {}
-        stored_model = duck.get_meta(con, "embedding_model")
-        models = {b["embedding_model"] for b in batches.values() if b.get("embedding_model")}
-        if len(models) > 1:
-            log.warning("Saving - staged partitions come from %d models; waiting for re-embedding", len(models))
-        model = sorted(models)[0] if models else None
-        replace_all = bool(stored_model and model and stored_model != model)
-        todo = {
-            b: partition_path(s.staging_dir, b)
-            for b, row in batches.items()
-            if row.get("embedded_fingerprint")
-            and (replace_all or row.get("loaded_fingerprint") != row["embedded_fingerprint"] or b not in stored)
-            and partition_path(s.staging_dir, b).exists()
-        }
-        remove = sorted(set(stored) - set(batches))
-        if not todo and not remove:
-            drop_retired(s)
-            return {"changed": False, "chunks": int(sum(stored.values())), "seconds": round(time.perf_counter() - t0, 3),
-                    "embedding_model": str(stored_model), "staged_files_pruned": prune_partitions(s, set(batches))}
+        con = duck.connect(nxt, memory_limit=s.duckdb_load_memory_limit)
         try:
-            report = load_partitions(con, todo, remove_batches=remove, replace_all=replace_all)
-        except LoadMemoryError:
-            # Rows far wider than usual: correctness first, the memory bound second.
-            log.warning("Saving - the load needs more than duckdb_load_memory_limit=%s; loading without it",
-                        s.duckdb_load_memory_limit)
+            try:
+                report = load_partitions(con, todo, remove_batches=remove, replace_all=replace_all)
+            except LoadMemoryError:
+                # Rows far wider than usual: correctness first, the memory bound second.
+                log.warning("Saving - the load needs more than duckdb_load_memory_limit=%s; loading without it",
+                            s.duckdb_load_memory_limit)
+                con.close()
+                con = duck.connect(nxt)
+                report = load_partitions(con, todo, remove_batches=remove, replace_all=replace_all)
+            gen = int(duck.get_meta(con, GENERATION, 0) or 0) + 1
+            duck.set_meta(con, GENERATION, gen)
+            duck.set_meta(con, PENDING_LOADED, {b: batches[b]["embedded_fingerprint"] for b in todo})
+            stats = store_stats(con)
+        finally:
             con.close()
-            con = duck.connect(s.duckdb_path)
-            report = load_partitions(con, todo, remove_batches=remove, replace_all=replace_all)
-        gen = int(duck.get_meta(con, GENERATION, 0) or 0) + 1
-        duck.set_meta(con, GENERATION, gen)
-        stats = store_stats(con)
-    finally:
-        con.close()
-    metadata.mark_loaded(s.brb_db, {b: batches[b]["embedded_fingerprint"] for b in todo})
+    except BaseException:
+        discard_next(s)  # the store itself was never touched
+        raise
     drop_retired(s)
     pruned = prune_partitions(s, set(batches))
     if replace_all:
         log.warning("Saving - embedding model changed (%s -> %s): the whole store was reloaded", stored_model, model)
-    meta = {
+    return {
         "changed": True,
         "partitions_loaded": len(todo),
         "partitions_removed": len(remove),
@@ -84,7 +183,6 @@ def run_load(s: Settings) -> dict[str, Any]:
         "load_seconds": round(report.seconds, 3),
         "seconds": round(time.perf_counter() - t0, 3),
     }
-    return meta
 
 
 def prune_partitions(s: Settings, keep: set[str]) -> int:
@@ -100,36 +198,78 @@ def prune_partitions(s: Settings, keep: set[str]) -> int:
 
 
 def _index_stage(s: Settings, kind: str, build: Callable[[Any], Any], force: bool = False) -> dict[str, Any]:
-    """Build one index unless it is present and covers exactly the stored rows.
+    """Build one index in the staging copy of the store, then publish the copy if both are built.
 
-    Every load drops both indexes in its transaction, so a present, non-stale index was built
-    after the last change of the store.
+    With no copy (no load since the last publish), the store's own index is checked: a present
+    index that covers every stored row is kept; a missing or stale one (a store from before this
+    scheme, or ``force``) is built in a fresh copy, which is then published.
     """
     t0 = time.perf_counter()
-    con = duck.connect(s.duckdb_path)
+    nxt = paths.store_next(s)
+    if not nxt.exists():
+        if not s.duckdb_path.exists():
+            return {"rebuilt": False, "reason": "no store yet", "rows": 0, "published": False,
+                    "seconds": round(time.perf_counter() - t0, 3)}
+        con = duck.connect(s.duckdb_path, read_only=True)
+        try:
+            status = index_status(con)
+        finally:
+            con.close()
+        info = status.get(kind, {})
+        if info.get("present") and not info.get("stale") and not force:
+            return {"rebuilt": False, "reason": "store unchanged since the last build", "published": False,
+                    "rows": int(info.get("rows") or 0), "seconds": round(time.perf_counter() - t0, 3)}
+        if status["store_rows"] == 0:
+            return {"rebuilt": False, "reason": "empty store", "rows": 0, "published": False,
+                    "seconds": round(time.perf_counter() - t0, 3)}
+        _begin_update(s)
+    con = duck.connect(nxt)
     try:
         status = index_status(con)
         info = status.get(kind, {})
-        if info.get("present") and not info.get("stale") and not force:
-            return {"rebuilt": False, "reason": "store unchanged since the last build",
-                    "rows": int(info.get("rows") or 0), "seconds": round(time.perf_counter() - t0, 3)}
-        if status["store_rows"] == 0:
-            return {"rebuilt": False, "reason": "empty store", "rows": 0, "seconds": round(time.perf_counter() - t0, 3)}
-        report = build(con)
+        report = None
+        if status["store_rows"] and (force or not info.get("present") or info.get("stale")):
+            report = build(con)
     finally:
         con.close()
-    meta: dict[str, Any] = {"rebuilt": True, "rows": report.rows, "seconds": round(report.seconds, 3),
-                            "embedding_model": str(status.get("embedding_model"))}
-    meta.update({f"param_{k}": v for k, v in report.params.items() if isinstance(v, (int, float, str))})
+    if report is not None:
+        faults.point("index_built")
+    published = publish(s)
+    meta: dict[str, Any] = {"rebuilt": report is not None, "rows": report.rows if report else int(status["store_rows"]),
+                            "seconds": round(report.seconds if report else time.perf_counter() - t0, 3),
+                            "published": published is not None, "embedding_model": str(status.get("embedding_model"))}
+    if report is not None:
+        meta.update({f"param_{k}": v for k, v in report.params.items() if isinstance(v, (int, float, str))})
     return meta
 
 
+def _hnsw(s: Settings) -> Callable[[Any], Any]:
+    return lambda con: build_hnsw(con, m=s.hnsw_m, ef_construction=s.hnsw_ef_construction)
+
+
 def run_vector_index(s: Settings, force: bool = False) -> dict[str, Any]:
-    """HNSW (cosine) over the chunk embeddings, rebuilt only when the store changed (or forced)."""
-    return _index_stage(s, "hnsw", lambda con: build_hnsw(con, m=s.hnsw_m, ef_construction=s.hnsw_ef_construction),
-                        force)
+    """HNSW (cosine) over the chunk embeddings, built after every load (or when forced)."""
+    return _index_stage(s, "hnsw", _hnsw(s), force)
 
 
 def run_text_index(s: Settings, force: bool = False) -> dict[str, Any]:
-    """BM25 over chunk text (multilingual settings), rebuilt only when the store changed (or forced)."""
+    """BM25 over chunk text (multilingual settings), built after every load (or when forced)."""
     return _index_stage(s, "fts", build_fts, force)
+
+
+def run_reindex(s: Settings) -> dict[str, Any]:
+    """Rebuild both indexes from the published store's chunks in a fresh copy, then publish it.
+
+    An unpublished load (a run killed before its indexes) is discarded; the next ingest loads it again.
+    """
+    if not s.duckdb_path.exists():
+        raise StoreError(f"no search store in {s.home}: run `brb ingest` first")
+    nxt = _begin_update(s)
+    con = duck.connect(nxt)
+    try:
+        reports = [_hnsw(s)(con), build_fts(con)] if index_status(con)["store_rows"] else []
+    finally:
+        con.close()
+    published = publish(s)
+    return {"published": published is not None,
+            **{r.index: {"rows": r.rows, "seconds": round(r.seconds, 3)} for r in reports}}
