@@ -4,6 +4,13 @@ The same assets the Dagster UI materializes run here through ``dagster.materiali
 home dir's Dagster instance (so the UI shows CLI runs and the batch partitions), in three steps:
 the unpartitioned ingestion assets, one run per contact batch that changed, then the store,
 indexes and insights. Cancellation is checked between batches and inside embedding.
+
+What a run reports is what happened: a check of ERROR severity that fails fails the run (its name
+and numbers in the error), WARN ones come back as warnings; a step's failure comes back as the
+library error it raised, with Dagster's trace in ``<home>/logs/ingest-<run>.log`` instead of on
+the terminal. A run whose process died (kill -9, a crash, a power cut) holds nothing: before each
+run, brb marks such runs interrupted in brb.db and failed in Dagster, and frees the concurrency
+slots they held, so the next run never waits for a dead one.
 """
 
 from __future__ import annotations
@@ -20,17 +27,22 @@ import polars as pl
 from brb_pipeline.assets.groups import INGEST, INSIGHTS, PER_BATCH, STORE
 from brb_pipeline.assets.resources import Runtime
 from brb_pipeline.core import metadata
-from brb_pipeline.core.errors import BrbError, CancelledError
+from brb_pipeline.core import errors as errors_mod
+from brb_pipeline.core.errors import BrbError, CancelledError, CheckFailedError
 from brb_pipeline.core.progress import CancelToken, Progress
 from brb_pipeline.core.store import partition_path
 from brb_pipeline.settings import Settings
 
 log = logging.getLogger("brb")
 
-# Dagster's console logger prints every step event at DEBUG; headless runs show progress bars
-# instead (the events are still in the instance's event log for the UI). BRB_DAGSTER_LOG=DEBUG
-# brings them back.
-DAGSTER_CONSOLE_LEVEL = os.environ.get("BRB_DAGSTER_LOG", "WARNING").upper()
+#: Library errors by class name, to give back the error a failed step raised.
+BRB_ERRORS = {name: cls for name, cls in vars(errors_mod).items()
+              if isinstance(cls, type) and issubclass(cls, BrbError)}
+
+# Dagster's console logger prints every step event at DEBUG and a failed step's trace at ERROR;
+# headless runs show progress bars and one error line instead (the events are still in the
+# instance's event log for the UI, traces in <home>/logs). BRB_DAGSTER_LOG=DEBUG brings them back.
+DAGSTER_CONSOLE_LEVEL = os.environ.get("BRB_DAGSTER_LOG", "CRITICAL").upper()
 
 INSTANCE_YAML = """# Written by brb: local instance storage under the pipeline's home dir.
 storage:
@@ -46,6 +58,10 @@ telemetry:
 concurrency:
   pools:
     default_limit: 1
+  runs:
+    max_concurrent_runs: 2
+run_monitoring:
+  enabled: true
 """
 
 
@@ -60,20 +76,34 @@ def instance_for(s: Settings) -> dg.DagsterInstance:
     return dg.DagsterInstance.from_config(str(home))
 
 
+class RunLog:
+    """What one ingestion's Dagster runs reported: check warnings, and where failures are written."""
+
+    def __init__(self, s: Settings, run_id: str) -> None:
+        self.run_id = run_id
+        self.path = s.home / "logs" / f"ingest-{run_id}.log"
+        self.warnings: list[dict[str, Any]] = []
+
+    def write(self, text: str) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as f:
+            f.write(text.rstrip() + "\n")
+
+
 def _materialize(assets_sel: dg.AssetSelection, s: Settings, runtime: Runtime, instance: dg.DagsterInstance,
-                 partition_key: str | None = None) -> dg.ExecuteInProcessResult:
+                 run_log: RunLog, partition_key: str | None = None) -> dg.ExecuteInProcessResult:
     from brb_pipeline.definitions import ALL_DEFS, resources
 
-    try:
-        return dg.materialize(ALL_DEFS, selection=assets_sel, instance=instance, partition_key=partition_key,
-                              resources=resources(home=str(s.home), runtime=runtime),
-                              run_config={"loggers": {"console": {"config": {"log_level": DAGSTER_CONSOLE_LEVEL}}}},
-                              tags={"brb/source": "cli"})
-    except dg.DagsterExecutionStepExecutionError as e:
-        inner = getattr(e, "user_exception", None) or e.__cause__
-        if isinstance(inner, BrbError):
-            raise inner from None
-        raise
+    result = dg.materialize(ALL_DEFS, selection=assets_sel, instance=instance, partition_key=partition_key,
+                            resources=resources(home=str(s.home), runtime=runtime),
+                            run_config={"loggers": {"console": {"config": {"log_level": DAGSTER_CONSOLE_LEVEL}}}},
+                            tags={"brb/source": "cli", **_process_tags(run_log.run_id)}, raise_on_error=False)
+    errors = _read_checks(result, run_log, runtime.progress)
+    if errors:
+        raise CheckFailedError("; ".join(errors) + " (the previous store is kept)")
+    if not result.success:
+        raise _step_failure(result, run_log)
+    return result
 
 
 def _meta(result: dg.ExecuteInProcessResult, asset: str) -> dict[str, Any]:
@@ -82,6 +112,106 @@ def _meta(result: dg.ExecuteInProcessResult, asset: str) -> dict[str, Any]:
         if mat.asset_key.to_user_string() == asset:
             return {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
     return {}
+
+
+def _numbers(metadata_: Any) -> str:
+    return ", ".join(f"{k} {getattr(v, 'value', v)}" for k, v in list(metadata_.items())[:6])
+
+
+def _read_checks(result: dg.ExecuteInProcessResult, run_log: RunLog, progress: Progress) -> list[str]:
+    """Failed ERROR checks as one-line descriptions; failed WARN checks become warnings."""
+    errors = []
+    for ev in result.get_asset_check_evaluations():
+        if ev.passed:
+            continue
+        line = f"check {ev.asset_key.to_user_string()}:{ev.check_name} failed ({_numbers(ev.metadata)})"
+        if ev.severity == dg.AssetCheckSeverity.ERROR:
+            errors.append(line)
+        else:
+            run_log.warnings.append({"check": ev.check_name, "asset": ev.asset_key.to_user_string(),
+                                     **{k: getattr(v, "value", v) for k, v in ev.metadata.items()}})
+            progress.log("warning", line)
+    return errors
+
+
+def _step_failure(result: dg.ExecuteInProcessResult, run_log: RunLog) -> BrbError:
+    """The library error a failed step raised (rebuilt from Dagster's record of it), its trace logged."""
+    failures = [ev for ev in result.all_events if ev.event_type_value == "STEP_FAILURE"]
+    for ev in failures:
+        run_log.write(f"step {ev.step_key} failed:\n{ev.step_failure_data.error.to_string()}")
+    if not failures:
+        run_log.write(f"run {result.run_id} failed without a step failure")
+        return BrbError(f"the run failed; details in {run_log.path}")
+    ev = failures[0]
+    err = ev.step_failure_data.error
+    while err is not None:
+        cls = BRB_ERRORS.get(err.cls_name or "")
+        if cls is not None:
+            return cls(err.message.split(": ", 1)[-1].strip())
+        err = err.cause
+    top = ev.step_failure_data.error
+    inner = top.cause or top
+    first = inner.message.split(": ", 1)[-1].strip().splitlines()
+    return BrbError(f"step {ev.step_key} failed ({inner.cls_name}: {(first[0] if first else '')[:200]}); "
+                    f"details in {run_log.path}")
+
+
+def _process_tags(run_id: str) -> dict[str, str]:
+    import socket
+
+    pid = os.getpid()
+    return {"brb/run": run_id, "brb/pid": str(pid), "brb/process_start": metadata.process_start(pid) or "",
+            "brb/host": socket.gethostname()}
+
+
+_IN_PROGRESS = ("NOT_STARTED", "STARTING", "STARTED", "CANCELING")
+
+
+def reclaim_dead_runs(s: Settings, instance: dg.DagsterInstance | None = None) -> dict[str, int]:
+    """Settle runs whose process is gone: interrupted in brb.db, failed in Dagster, slots freed.
+
+    A run killed with SIGKILL cannot say it ended. Left alone it stays "running" forever and
+    keeps its ``brb_duckdb`` concurrency slot, and Dagster's executor waits for that slot in every
+    later run. Only runs started by brb on this machine are judged (their tags name the process);
+    slots held by runs that Dagster already records as finished are freed too.
+    """
+    import socket
+
+    settled = metadata.settle_dead_runs(s.brb_db)
+    instance = instance or instance_for(s)
+    host = socket.gethostname()
+    failed = freed = 0
+    statuses = [getattr(dg.DagsterRunStatus, name) for name in _IN_PROGRESS]
+    for run in instance.get_runs(filters=dg.RunsFilter(statuses=statuses, tags={"brb/source": "cli"})):
+        tags = run.tags
+        if tags.get("brb/host") != host or not tags.get("brb/pid"):
+            continue
+        if metadata.process_alive(int(tags["brb/pid"]), tags.get("brb/process_start") or None):
+            continue
+        instance.report_run_failed(run, "the brb process running it is gone (killed or crashed)")
+        instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+        failed += 1
+    for run_id in instance.event_log_storage.get_concurrency_run_ids():
+        run = instance.get_run_by_id(run_id)
+        if run is None or run.is_finished:
+            instance.event_log_storage.free_concurrency_slots_for_run(run_id)
+            freed += 1
+    if settled or failed or freed:
+        log.warning("brb - settled %d interrupted run(s); freed the Dagster slots of %d", len(settled), failed + freed)
+    return {"interrupted": len(settled), "dagster_failed": failed, "slots_freed": failed + freed}
+
+
+def abandon_own_runs(s: Settings, reason: str) -> None:
+    """Record this process's runs as cancelled (brb.db and Dagster) before it exits mid-step."""
+    pid = os.getpid()
+    with metadata.connect(s.brb_db) as c:
+        c.execute("UPDATE ingestion_runs SET status = 'cancelled', finished_at = ?, error = ? "
+                  "WHERE status = 'running' AND pid = ?", (time.time(), reason, pid))
+    instance = instance_for(s)
+    statuses = [getattr(dg.DagsterRunStatus, name) for name in _IN_PROGRESS]
+    for run in instance.get_runs(filters=dg.RunsFilter(statuses=statuses, tags={"brb/pid": str(pid)})):
+        instance.report_run_canceled(run, reason)
+        instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
 
 
 def run_ingest(
@@ -119,13 +249,15 @@ def run_ingest(
     runtime.reembed = reembed
     instance = instance_for(s)
     s.save()
+    reclaim_dead_runs(s, instance)
     t_all = time.perf_counter()
     timings: dict[str, float] = {}
     run_id = metadata.start_run(s.brb_db, str(s.snapshot_dir))
+    run_log = RunLog(s, run_id)
     stop_forwarding = progress.forward_logs()  # pipeline warnings reach JSON lines, not only stderr
     try:
         t = time.perf_counter()
-        r = _materialize(dg.AssetSelection.groups(INGEST), s, runtime, instance)
+        r = _materialize(dg.AssetSelection.groups(INGEST), s, runtime, instance, run_log)
         timings["ingest"] = round(time.perf_counter() - t, 3)
         parsed = _meta(r, "parsed_messages")
         batches_meta = _meta(r, "contact_batches")
@@ -147,14 +279,14 @@ def run_ingest(
         for i, b in enumerate(todo):
             cancel.check()
             plan.report_chunking(progress, i, f"{b} ({i + 1}/{len(todo)})")
-            _materialize(dg.AssetSelection.groups(PER_BATCH), s, runtime, instance, partition_key=b)
+            _materialize(dg.AssetSelection.groups(PER_BATCH), s, runtime, instance, run_log, partition_key=b)
         plan.report_chunking(progress, len(todo), f"{len(todo)} batches")
         embed_progress.report_end(f"{len(todo)} batches embedded, {len(all_batches) - len(todo)} unchanged")
         timings["batches"] = round(time.perf_counter() - t, 3)
         cancel.check()
         t = time.perf_counter()
         sel = dg.AssetSelection.groups(STORE, INSIGHTS) if analyze else dg.AssetSelection.groups(STORE)
-        r = _materialize(sel, s, runtime, instance)
+        r = _materialize(sel, s, runtime, instance, run_log)
         timings["finalize"] = round(time.perf_counter() - t, 3)
         store_meta = _meta(r, "chunk_store")
         map_meta = _meta(r, "insights_map")
@@ -167,15 +299,20 @@ def run_ingest(
             "chunks": int(store_meta.get("chunks", 0)),
             "store_changed": bool(store_meta.get("changed", False)),
             "map": map_meta.get("html"),
+            "warnings": run_log.warnings,
             "timings": timings,
         }
+        if run_log.warnings:
+            metadata.set_run_warnings(s.brb_db, run_id, run_log.warnings)
         metadata.finish_run(s.brb_db, run_id, status="success", timings=timings,
-                            stats={**parse_stats, **{k: v for k, v in summary.items() if k != "timings"}})
+                            stats={**parse_stats, **{k: v for k, v in summary.items() if k not in ("timings", "warnings")}})
         return summary
     except CancelledError as e:
         metadata.finish_run(s.brb_db, run_id, status="cancelled", timings=timings, error=str(e))
         raise
     except BaseException as e:
+        if run_log.warnings:
+            metadata.set_run_warnings(s.brb_db, run_id, run_log.warnings)
         metadata.finish_run(s.brb_db, run_id, status="failed", timings=timings, error=str(e)[:500])
         raise
     finally:

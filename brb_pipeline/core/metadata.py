@@ -9,6 +9,7 @@ log lives here too (see ``core.searchlog``). Message text is never stored in brb
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 import uuid
@@ -27,7 +28,7 @@ CREATE TABLE IF NOT EXISTS ingestion_runs (
     run_id TEXT PRIMARY KEY,
     started_at REAL NOT NULL,
     finished_at REAL,
-    status TEXT NOT NULL,              -- running | success | failed | cancelled
+    status TEXT NOT NULL,              -- running | success | failed | cancelled | interrupted
     snapshot_path TEXT,
     messages INTEGER,
     first_ts TEXT,
@@ -99,14 +100,85 @@ def connect(path: Path, *, create: bool = True) -> Iterator[sqlite3.Connection]:
         conn.close()
 
 
+#: Columns added to ``ingestion_runs`` after its first release: which process runs it (so a run
+#: whose process is gone is reported "interrupted", never "running") and its check warnings.
+_RUN_COLUMNS = {"pid": "INTEGER", "process_start": "TEXT", "host": "TEXT", "warnings_json": "TEXT"}
+
+
+def _run_columns(c: sqlite3.Connection) -> None:
+    have = {r[1] for r in c.execute("PRAGMA table_info(ingestion_runs)")}
+    for name, typ in _RUN_COLUMNS.items():
+        if name not in have:
+            c.execute(f"ALTER TABLE ingestion_runs ADD COLUMN {name} {typ}")
+
+
+def process_start(pid: int) -> str | None:
+    """An identity for the running process ``pid`` (its start time), None when no such process.
+
+    A pid alone is reused by the system; pid plus start time names one process.
+    """
+    stat = Path(f"/proc/{pid}/stat")
+    if Path("/proc/self/stat").exists():
+        try:
+            # field 22 (starttime), counted after the parenthesised command name
+            return "proc:" + stat.read_text().rsplit(")", 1)[1].split()[19]
+        except (OSError, IndexError):
+            return None
+    import subprocess
+
+    try:
+        out = subprocess.run(["ps", "-o", "lstart=", "-p", str(pid)], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return "ps:" + out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
+
+
+def process_alive(pid: int | None, started: str | None) -> bool:
+    """Whether the process recorded as (pid, start identity) still runs (here)."""
+    return bool(pid) and process_start(int(pid)) == started
+
+
 def start_run(path: Path, snapshot_path: str | None = None) -> str:
+    import socket
+
     run_id = uuid.uuid4().hex[:12]
+    pid = os.getpid()
     with connect(path) as c:
+        _run_columns(c)
         c.execute(
-            "INSERT INTO ingestion_runs (run_id, started_at, status, snapshot_path) VALUES (?, ?, 'running', ?)",
-            (run_id, time.time(), snapshot_path),
+            "INSERT INTO ingestion_runs (run_id, started_at, status, snapshot_path, pid, process_start, host) "
+            "VALUES (?, ?, 'running', ?, ?, ?, ?)",
+            (run_id, time.time(), snapshot_path, pid, process_start(pid), socket.gethostname()),
         )
     return run_id
+
+
+def settle_dead_runs(path: Path) -> list[str]:
+    """Mark runs whose process on this machine is gone (killed, crashed, powered off) "interrupted".
+
+    Returns:
+        The run ids marked.
+    """
+    import socket
+
+    if not path.exists():
+        return []
+    host = socket.gethostname()
+    with connect(path) as c:
+        _run_columns(c)
+        rows = c.execute("SELECT run_id, pid, process_start, host FROM ingestion_runs WHERE status = 'running'").fetchall()
+        dead = [r[0] for r in rows if (r[3] in (None, host)) and not process_alive(r[1], r[2])]
+        c.executemany(
+            "UPDATE ingestion_runs SET status = 'interrupted', finished_at = NULL, "
+            "error = 'the process ended without finishing (killed or crashed); the previous store is intact' "
+            "WHERE run_id = ?", [(r,) for r in dead])
+    return dead
+
+
+def set_run_warnings(path: Path, run_id: str, warnings: list[dict[str, Any]]) -> None:
+    with connect(path) as c:
+        _run_columns(c)
+        c.execute("UPDATE ingestion_runs SET warnings_json = ? WHERE run_id = ?", (json.dumps(warnings), run_id))
 
 
 def finish_run(path: Path, run_id: str, *, status: str, messages: int | None = None,
@@ -273,6 +345,8 @@ def _iso(v: Any) -> str | None:
 
 
 def reset_embedded(path: Path, batches: list[str]) -> None:
-    """Forget that these batches were embedded, so the next run re-chunks and re-embeds them."""
+    """Forget that these batches were embedded, so the next run re-chunks and re-embeds them and
+    loads the new vectors (same fingerprint, new vectors: the store's rows are stale too)."""
     with connect(path) as c:
-        c.executemany("UPDATE batches SET embedded_fingerprint = NULL WHERE batch = ?", [(b,) for b in batches])
+        c.executemany("UPDATE batches SET embedded_fingerprint = NULL, loaded_fingerprint = NULL WHERE batch = ?",
+                      [(b,) for b in batches])
