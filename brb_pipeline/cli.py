@@ -30,10 +30,24 @@ class BrbGroup(click.Group):
             return super().invoke(ctx)
         except CancelledError as e:
             click.echo(f"brb: {e}", err=True)
+            if getattr(e, "abandoned", False):
+                # a step was still running in the worker thread: leave without waiting for it
+                # (nothing it writes is published half-way; see pipeline/store.py)
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(e.exit_code)
             ctx.exit(e.exit_code)
         except BrbError as e:
             click.echo(f"brb: error: {e}", err=True)
             ctx.exit(e.exit_code)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except Exception as e:  # a bug: still one line for the user, the trace on request
+            if os.environ.get("BRB_DEBUG"):
+                raise
+            first = (str(e).splitlines() or [""])[0][:300]
+            click.echo(f"brb: internal error: {type(e).__name__}: {first} (BRB_DEBUG=1 shows the trace)", err=True)
+            ctx.exit(70)
 
 
 @click.group(cls=BrbGroup)
@@ -48,8 +62,13 @@ home_opt = click.option("--home", type=click.Path(path_type=Path), default=None,
                         help="Pipeline home dir (default: $BRB_HOME or ~/.brb).")
 
 
-def _settings(home: Path | None, **overrides: Any) -> Settings:
-    return Settings.load(home, **overrides)
+def _settings(home: Path | None, write: bool = False, **overrides: Any) -> Settings:
+    """The settings of one command (a relative ``home`` is made absolute). ``write``: the command
+    writes the home, so one that cannot be written is refused now with one line saying why."""
+    s = Settings.load(home, **overrides)
+    if write:
+        s.check_writable()
+    return s
 
 
 @main.command()
@@ -117,7 +136,7 @@ def _run_ingest(s: Settings, progress_mode: str | None, cancel_file: Path | None
 
             contact_ids = _resolve_contacts(s, contacts) if contacts else None
             result = _in_worker(lambda: run_ingest(s, progress=progress, cancel=cancel, only_contacts=contact_ids,
-                                                   analyze=analyze, reembed=reembed))
+                                                   analyze=analyze, reembed=reembed), cancel, s)
     except BrbError as e:
         if mode == "jsonl":
             JsonlSink(real_stdout).emit({"type": "result", "success": False,
@@ -139,14 +158,23 @@ def _run_ingest(s: Settings, progress_mode: str | None, cancel_file: Path | None
     return result
 
 
-def _in_worker(fn):
+#: After a cancel, how long the running step may take to reach a cancellation point before brb
+#: stops without it (a second signal stops at once).
+CANCEL_GRACE_S = 3.0
+
+
+def _in_worker(fn, cancel=None, s: Settings | None = None):
     """Run ``fn`` in a worker thread while the main thread keeps our signal handlers.
 
     Dagster's in-process executor replaces SIGINT handling on the main thread and raises inside
     whatever step is running; in a worker thread it leaves signals alone, so Ctrl-C / SIGTERM
-    reach our CancelToken and the run stops cleanly at the next batch boundary.
+    reach our CancelToken and the run stops at the next cancellation point. A step that does not
+    reach one within :data:`CANCEL_GRACE_S` (an index build, a wait for a concurrency slot) is
+    abandoned: the run is recorded as cancelled and the process exits, which is as safe as a kill
+    (the store is replaced only by a complete, indexed copy).
     """
     import threading
+    import time
 
     box: dict[str, Any] = {}
 
@@ -158,8 +186,22 @@ def _in_worker(fn):
 
     t = threading.Thread(target=target, name="brb-ingest", daemon=True)
     t.start()
+    deadline = None
     while t.is_alive():
         t.join(0.2)
+        if cancel is None or not cancel.cancelled or not t.is_alive():
+            continue
+        deadline = deadline or time.monotonic() + CANCEL_GRACE_S
+        if getattr(cancel, "urgent", False) or time.monotonic() > deadline:
+            reason = f"cancelled ({cancel.reason}) during a step; the previous complete store, indexes and map are intact"
+            if s is not None:
+                from brb_pipeline.runner import abandon_own_runs
+
+                with contextlib.suppress(Exception):
+                    abandon_own_runs(s, reason)
+            err = CancelledError(reason)
+            err.abandoned = True
+            raise err
     if "error" in box:
         raise box["error"]
     return box["result"]
@@ -176,17 +218,26 @@ def _resolve_contacts(s: Settings, names: list[str]) -> list[str]:
               help="Size of the demo archive (0 = the whole chitchat corpus, ~258K messages).")
 @click.option("--whatsapp", is_flag=True, help="Also build and ingest a demo WhatsApp store.")
 @click.option("--progress", "progress_mode", type=click.Choice(["bars", "jsonl", "none"]), default=None)
-@home_opt
+@click.option("--home", type=click.Path(path_type=Path), default=None,
+              help="Demo home dir (default: $BRB_DEMO_HOME or ~/.brb-demo, never $BRB_HOME).")
 def demo(messages, whatsapp, progress_mode, home):
-    """Build the demo archive (real Apple schemas, real human chat corpus) and ingest it."""
+    """Build the demo archive (real Apple schemas, real human chat corpus) and ingest it into its
+    own home; a home holding a real ingestion is refused."""
+    from brb_pipeline.core.errors import SettingsError
     from brb_pipeline.demo.generate import build_demo_archive
+    from brb_pipeline.settings import default_demo_home
 
-    s = _settings(home)
-    archive = build_demo_archive(s.home / "demo-archive", messages=messages or None, whatsapp=whatsapp)
-    s = _settings(home, chat_db=archive.chat_db, addressbook_dir=archive.addressbook_dir,
+    s = _settings(home or default_demo_home(), write=True)
+    held = s.real_ingestion()
+    if held:
+        raise SettingsError(f"{s.home} holds {held}; `brb demo` will not replace it: give it another --home")
+    archive = build_demo_archive(s.demo_archive_dir, messages=messages or None, whatsapp=whatsapp)
+    s = _settings(s.home, chat_db=archive.chat_db, addressbook_dir=archive.addressbook_dir,
                   whatsapp_db=archive.whatsapp_db if whatsapp else None, whatsapp_enabled=bool(whatsapp))
     _run_ingest(s, progress_mode, None, [])
     click.echo(json.dumps(status_dict(s), indent=2, default=str))
+    click.echo(f"brb: the demo lives in {s.home}; try `brb search --home {s.home} \"horror movie marathon\"`",
+               err=True)
 
 
 def _iso_epoch(t: float | None) -> str | None:
@@ -202,10 +253,11 @@ def status_dict(s: Settings) -> dict[str, Any]:
     out: dict[str, Any] = {
         "home": str(s.home), "messages": 0, "contacts": 0, "named_contacts": 0, "chunks": 0,
         "embedding_model": None, "last_ingestion": None, "last_success": None, "channels": s.channels(), "clusters": 0,
-        "map": None,
+        "map": None, "indexes": None, "search_ready": False, "store_update_pending": False, "warnings": [],
     }
     if not s.brb_db.exists():
         return out
+    metadata.settle_dead_runs(s.brb_db)  # a run whose process is gone is "interrupted", never "running"
     contacts = metadata.read_contacts(s.brb_db)
     if contacts.height:
         out["contacts"] = contacts.height
@@ -217,9 +269,12 @@ def status_dict(s: Settings) -> dict[str, Any]:
             out[key] = {k: run[k] for k in ("run_id", "status", "messages", "first_ts", "last_ts", "error")}
             for t in ("started_at", "finished_at"):
                 out[key][t] = _iso_epoch(run[t])
+            if key == "last_ingestion":
+                out["warnings"] = json.loads(run.get("warnings_json") or "[]")
     out["clusters"] = metadata.count_clusters(s.brb_db)
     if s.duckdb_path.exists():
         from brb_pipeline.core import duck
+        from brb_pipeline.core.index import index_status
         from brb_pipeline.core.store import store_stats
 
         try:
@@ -228,10 +283,18 @@ def status_dict(s: Settings) -> dict[str, Any]:
                 st = store_stats(con)
                 out["chunks"] = int(st.get("chunks", 0))
                 out["embedding_model"] = duck.get_meta(con, "embedding_model")
+                ix = index_status(con)
             finally:
                 con.close()
+            out["indexes"] = {k: {"present": bool(ix[k]["present"]), "rows": ix[k].get("rows"),
+                                  "matches_chunks": bool(ix[k]["present"] and not ix[k]["stale"])}
+                              for k in ("hnsw", "fts")}
+            out["search_ready"] = bool(ix["ready"])
         except BrbError as e:
             out["store_error"] = str(e)
+    from brb_pipeline.pipeline import paths
+
+    out["store_update_pending"] = paths.store_next(s).exists()
     m = s.insights_dir / "map.html"
     out["map"] = str(m) if m.exists() else None
     return out
@@ -252,6 +315,11 @@ def status(as_json, home):
     click.echo(f"home            {st['home']}\nmessages        {st['messages']:,}\ncontacts        {st['contacts']:,} "
                f"({st['named_contacts']:,} named)\nchunks          {st['chunks']:,}\nembedding model {st['embedding_model']}\n"
                f"clusters        {st['clusters']}\nchannels        {ch}\nlast ingestion  {last.get('status', 'never')}")
+    ix = st["indexes"] or {}
+    click.echo("indexes         " + (", ".join(
+        f"{k} {'ok' if v['matches_chunks'] else ('stale' if v['present'] else 'missing')}" for k, v in ix.items()) or "none"))
+    for w in st["warnings"]:
+        click.echo(f"warning         check {w.get('check')} on {w.get('asset')}")
 
 
 @main.command()
@@ -286,8 +354,10 @@ def ui(port, home):
     """Open the Dagster UI on this pipeline (every stage can be materialized there)."""
     from brb_pipeline.runner import instance_for
 
-    s = _settings(home)
+    s = _settings(home, write=True)
     instance_for(s)
+    click.echo("brb: sensors and the schedule are off unless you turn them on: Dagster UI -> Automation",
+               err=True)
     root = Path(__file__).resolve().parent.parent
     env = {**os.environ, "DAGSTER_HOME": str(s.dagster_home), "BRB_HOME": str(s.home)}
     os.execvpe(sys.executable, [sys.executable, "-m", "dagster", "dev", "-w", str(root / "workspace.yaml"),
@@ -376,13 +446,12 @@ def _search_lines(searcher, options: dict) -> None:
 @home_opt
 def reindex(home):
     """Rebuild the HNSW and BM25 indexes from the stored chunks (e.g. after a crash)."""
-    from brb_pipeline.pipeline.store import run_text_index, run_vector_index
+    from brb_pipeline.core.index import FTS_SCHEMA, HNSW_INDEX
+    from brb_pipeline.pipeline.store import run_reindex
 
     s = _settings(home)
-    if not s.duckdb_path.exists():
-        raise BrbError(f"no search store in {s.home}: run `brb ingest` first")
-    v = run_vector_index(s, force=True)
-    t = run_text_index(s, force=True)
+    r = run_reindex(s)
+    v, t = r.get(HNSW_INDEX, {}), r.get(FTS_SCHEMA, {})
     click.echo(f"brb: HNSW over {v.get('rows', 0):,} chunks in {v.get('seconds', 0):.1f} s, "
                f"BM25 over {t.get('rows', 0):,} chunks in {t.get('seconds', 0):.1f} s", err=True)
 

@@ -248,6 +248,7 @@ class CancelToken:
         self._event = threading.Event()
         self.cancel_file = cancel_file
         self.reason = ""
+        self.urgent = False  # a second signal: do not wait for the running step
 
     def cancel(self, reason: str = "cancelled") -> None:
         self.reason = reason
@@ -271,10 +272,11 @@ class CancelToken:
         old = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
 
         def handler(signum: int, _frame: Any) -> None:
-            if self._event.is_set():  # second Ctrl-C: stop now
-                raise KeyboardInterrupt
+            if self._event.is_set():  # second signal: stop now (the caller watches ``urgent``)
+                self.urgent = True
+                return
             self.cancel(signal.Signals(signum).name)
-            print(f"brb - {signal.Signals(signum).name}: stopping at the next batch boundary", file=sys.stderr)
+            print(f"brb - {signal.Signals(signum).name}: stopping (a second signal stops at once)", file=sys.stderr)
 
         for sig in old:
             signal.signal(sig, handler)
