@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -25,6 +26,15 @@ _NEW = "brb_compact"
 
 def _sidecars(path: Path) -> list[Path]:
     return [path.with_name(path.name + ".wal"), path.with_name(path.name + ".tmp")]
+
+
+def _remove(paths: Iterable[Path]) -> None:
+    """Delete files and folders (``.tmp`` is DuckDB's spill folder) that may not exist."""
+    for p in paths:
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
 
 
 def compact_without(path: Path, contact_ids: Iterable[str]) -> int:
@@ -45,8 +55,7 @@ def compact_without(path: Path, contact_ids: Iterable[str]) -> int:
     path = Path(path)
     doomed = sorted(set(contact_ids))
     new = path.with_name(path.name + ".compact")
-    for p in [new, *_sidecars(new)]:
-        p.unlink(missing_ok=True)
+    _remove([new, *_sidecars(new)])
     con = duck.connect(path, read_only=True)
     try:
         if not table_exists(con, "chunks"):
@@ -78,8 +87,7 @@ def compact_without(path: Path, contact_ids: Iterable[str]) -> int:
     except BaseException:
         if con is not None:
             con.close()
-        for p in [new, *_sidecars(new)]:
-            p.unlink(missing_ok=True)
+        _remove([new, *_sidecars(new)])
         raise
     con.close()
     try:
@@ -94,12 +102,10 @@ def compact_without(path: Path, contact_ids: Iterable[str]) -> int:
         finally:
             con.close()
     except BaseException:
-        for p in [new, *_sidecars(new)]:
-            p.unlink(missing_ok=True)
+        _remove([new, *_sidecars(new)])
         raise
     os.replace(new, path)
-    for p in [*_sidecars(path), *_sidecars(new)]:
-        p.unlink(missing_ok=True)
+    _remove([*_sidecars(path), *_sidecars(new)])
     log.info("Saving - store rewritten without %d chunks (%d kept)", before - kept, kept)
     return before - kept
 

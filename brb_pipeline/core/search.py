@@ -18,12 +18,11 @@ Query forms (measured on duckdb 1.4.4, see ``benchmarks/bench_search.py`` and it
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 import duckdb
@@ -191,6 +190,7 @@ class _Query:
     candidates: int
     ef_search: int
     catalog: str
+    region: str = "US"  # default region of phone numbers in the query (as the documents were indexed)
 
     @property
     def filtered(self) -> bool:
@@ -216,6 +216,7 @@ def search(
     diversity: float | None = None,
     min_similarity: float | None = None,
     parallel: bool = True,
+    region: str = "US",
 ) -> SearchResult:
     """Search the chunk store.
 
@@ -237,6 +238,8 @@ def search(
         min_similarity: the relevance floor: ``confident`` is False when no candidate's cosine
             similarity reaches it and no specific term matched; None leaves ``confident`` None.
         parallel: in hybrid mode, run the BM25 query on a second connection in a worker thread.
+        region: default region for phone numbers typed without a country code (the settings'
+            ``default_region``, which the documents' phone tokens were made with).
 
     Raises:
         StoreError: no store, a missing or damaged index (the message names the rebuild
@@ -252,8 +255,8 @@ def search(
         fusion = dataclasses.replace(fusion, rrf_k=int(rrf_k))
     result = SearchResult(query=query_text, mode=mode)
     use_vec, use_lex = mode in ("hybrid", "vector"), mode in ("hybrid", "lexical")
-    q = _prepare(con, query_text, query_vec, use_vec, use_lex, k, candidates, merge, ef_search,
-                 _filters(contact_ids, channel, since, until))
+    q = replace(_prepare(con, query_text, query_vec, use_vec, use_lex, k, candidates, merge, ef_search,
+                         _filters(contact_ids, channel, since, until)), region=region)
     if use_vec:
         result.vector_strategy = "exact" if q.filtered else "hnsw"
 
@@ -367,7 +370,7 @@ def _lexical_candidates(c: duckdb.DuckDBPyConnection, q: _Query) -> tuple[list[t
     """``(chunk_id, BM25)`` best first, and (smallest document frequency of the query's
     :func:`.fusion.specific_terms` in the index, number of indexed chunks) for
     :func:`.fusion.is_specific`."""
-    text = fts_query_text(q.text)
+    text = fts_query_text(q.text, q.region)
     terms = specific_terms(q.text)
     try:
         rows = c.execute(lexical_sql(q.where), [text, *q.params, q.candidates]).fetchall()
@@ -400,8 +403,10 @@ def _attach(groups: Sequence[Span], rows: dict[str, tuple], vec: dict[str, float
                          key=lambda c: (rows[c][4] if rows[c][4] is not None else 0, c))
         if len(members) > 1:
             hit.content = merge_lines([rows[c][7] or "" for c in members])
-            hit.start_ts = min(rows[c][5] for c in members)
-            hit.end_ts = max(rows[c][6] for c in members)
+            starts = [rows[c][5] for c in members if rows[c][5] is not None]  # None: no valid date
+            ends = [rows[c][6] for c in members if rows[c][6] is not None]
+            hit.start_ts = min(starts) if starts else None
+            hit.end_ts = max(ends) if ends else None
         hit.chunk_ids = list(g.chunk_ids)
         hit.score = g.score
         best_vec = [c for c in g.chunk_ids if c in vec]
