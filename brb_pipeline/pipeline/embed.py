@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from brb_pipeline.core import metadata
-from brb_pipeline.core.chunking import CHUNK_FORMAT, CHUNK_SCHEMA, ChunkParams, chunk_messages
+from brb_pipeline.core import faults, metadata
+from brb_pipeline.core.chunking import CHUNK_FORMAT, CHUNK_SCHEMA, ChunkParams, chunk_messages, time_zone_key
 from brb_pipeline.core.errors import StoreError
 from brb_pipeline.core.store import partition_path, write_partition
 from brb_pipeline.pipeline import paths
@@ -33,7 +33,7 @@ EMBED_GROUP = 256  # chunks per embed() call: the unit of progress and cancellat
 
 def chunk_params(s: Settings, document_prefix: str = "") -> ChunkParams:
     return ChunkParams(window=s.window, stride=s.stride, gap_s=s.conversation_gap_s, min_chars=s.min_chars,
-                       document_prefix=document_prefix)
+                       document_prefix=document_prefix, time_zone=s.time_zone)
 
 
 def batch_messages(s: Settings, batch: str) -> pl.DataFrame:
@@ -85,7 +85,7 @@ def embed_keys(s: Settings, fingerprints: dict[str, str], model_id: str | None =
     for r in contacts.iter_rows(named=True):
         members.setdefault(r.get("batch") or "", []).append(f"{r['contact_id']}={r['display_name']}")
     settings_part = [model_id, CHUNK_FORMAT, str(s.max_tokens), str(s.window), str(s.stride),
-                     str(s.conversation_gap_s), str(s.min_chars)]
+                     str(s.conversation_gap_s), str(s.min_chars), time_zone_key(s.time_zone)]
     return {
         b: hashlib.sha1("|".join([fp, *settings_part, *sorted(members.get(b, []))]).encode()).hexdigest()[:24]
         for b, fp in fingerprints.items()
@@ -170,12 +170,14 @@ def run_embed(
             raise CancelledError(f"cancelled while embedding {batch}; earlier batches and the store are intact")
         idx = todo[j:j + EMBED_GROUP]
         emb[idx] = embedder.embed([texts[i] for i in idx])
+        faults.point("embedding")
         if progress:
             done = min(j + EMBED_GROUP, len(todo))
             progress(done, len(todo), contact_id=owners[todo[min(done, len(todo) - 1)]])
     retired = retire_vectors(s, batch, cached, texts, config)
-    write_partition(s.staging_dir, batch, chunks, emb, embedder.model_id)
+    write_partition(s.staging_dir, batch, chunks, emb, embedder.model_id, region=s.default_region)
     _config_path(out).write_text(config)
+    faults.point("partition_written")
     metadata.mark_embedded(s.brb_db, batch, key, embedder.model_id, chunks.height)
     secs = time.perf_counter() - t0
     if progress:
