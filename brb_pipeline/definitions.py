@@ -6,6 +6,7 @@ import dagster as dg
 
 from brb_pipeline.assets import batches, ingest, insights, store
 from brb_pipeline.assets import automation
+from brb_pipeline.assets.jobs import contact_backfill_job
 from brb_pipeline.assets.checks import ALL_CHECKS
 from brb_pipeline.assets.groups import INGEST, INSIGHTS, PER_BATCH, STORE, contact_batches_partitions
 from brb_pipeline.assets.resources import BrbSettings, runtime_resource
@@ -39,7 +40,7 @@ finalize_sensor = automation.finalize_sensor(finalize_job)
 defs = dg.Definitions(
     assets=ALL_ASSETS,
     asset_checks=ALL_CHECKS,
-    jobs=[ingest_job, batch_job, finalize_job],
+    jobs=[ingest_job, batch_job, finalize_job, contact_backfill_job],
     schedules=[reingest_schedule],
     sensors=[source_change_sensor, changed_batches_sensor, finalize_sensor],
     resources=resources(),

@@ -408,14 +408,64 @@ def home_exists(s: Settings) -> bool:
 
 
 DERIVED_TEXT_ASSETS = ("cluster_labels", "insights_map", "clusters")
+#: Assets whose metadata names people (``contact_batches``' table of who is in which batch).
+PEOPLE_ASSETS = ("contact_batches",)
 
 
 def wipe_derived_events(s: Settings) -> int:
-    """Delete the event history of assets whose metadata is derived from message text
-    (cluster labels and the cluster table). Returns the number of asset keys wiped."""
+    """Delete from ``<home>/dagster`` what ``brb forget`` must not leave there: the event history
+    of assets whose metadata is derived from message text (cluster labels, the cluster table) or
+    names people (``PEOPLE_ASSETS``), and the runs of jobs whose run config names a person
+    (``contact_backfill_job``), compute logs included.
+
+    Dagster's ``wipe_assets`` keeps the run-sharded copies of the events (and the step output
+    events carrying the same metadata) and plain SQLite deletes keep the bytes in free pages, so
+    those rows are deleted here too and every database touched is vacuumed.
+
+    Returns:
+        The number of asset keys wiped.
+
+    Raises:
+        BrbError: Dagster's databases are locked (``brb ui`` running).
+    """
+    import shutil
+    import sqlite3
+
+    from brb_pipeline.assets.jobs import PERSON_JOBS
+
     if not (s.dagster_home / "dagster.yaml").exists():
         return 0
     instance = instance_for(s)
-    keys = [dg.AssetKey(k) for k in DERIVED_TEXT_ASSETS]
+    names = [*DERIVED_TEXT_ASSETS, *PEOPLE_ASSETS]
+    keys = [dg.AssetKey(k) for k in names]
     instance.wipe_assets(keys)
+    history = s.dagster_home / "history"
+    shards = history / "runs"
+    for job in PERSON_JOBS:
+        for run in instance.get_runs(filters=dg.RunsFilter(job_name=job)):
+            instance.delete_run(run.run_id)
+            for suffix in (".db", ".db-wal", ".db-shm"):
+                (shards / f"{run.run_id}{suffix}").unlink(missing_ok=True)
+            shutil.rmtree(s.dagster_home / "storage" / run.run_id, ignore_errors=True)
+    instance.dispose()
+    marks = ",".join("?" * len(names))
+    params = [k.to_string() for k in keys] + names
+    try:
+        for db in sorted(shards.glob("*.db")) + [history / "runs.db"]:
+            con = sqlite3.connect(db, timeout=10)
+            try:
+                deleted = 0
+                if con.execute("SELECT 1 FROM sqlite_master WHERE name = 'event_logs'").fetchone():
+                    deleted = con.execute(
+                        f"DELETE FROM event_logs WHERE asset_key IN ({marks}) OR (step_key IN ({marks}) "
+                        "AND dagster_event_type IN ('STEP_OUTPUT', 'ASSET_MATERIALIZATION'))", params).rowcount
+                    con.commit()
+                if deleted or db.name in ("index.db", "runs.db"):  # wiped rows and deleted runs' bytes
+                    con.execute("VACUUM")
+                con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            finally:
+                con.close()
+    except sqlite3.OperationalError as e:
+        raise BrbError(f"could not clean Dagster's history in {s.dagster_home} ({e}): "
+                       "close `brb ui` and run `brb forget` again") from None
     return len(keys)

@@ -16,6 +16,13 @@ def _settings() -> Settings:
     return Settings.load()
 
 
+_NOTHING_INGESTED = "nothing ingested yet: run ingest_job (or turn on source_change_sensor)"
+
+
+def _batches(n: int) -> str:
+    return f"{n} batch" if n == 1 else f"{n} batches"
+
+
 def reingest_schedule(ingest_job) -> dg.ScheduleDefinition:
     try:
         cron = _settings().schedule_cron
@@ -42,7 +49,7 @@ def source_change_sensor(ingest_job) -> dg.SensorDefinition:
             parts.append(source_fingerprint(s.whatsapp_db))
         fp = "|".join(parts)
         if context.cursor == fp:
-            return dg.SkipReason("sources unchanged")
+            return dg.SkipReason("the sources are unchanged since the last ingestion this sensor requested")
         context.update_cursor(fp)
         return dg.RunRequest(run_key=fp, tags={"brb/trigger": "source_change"})
 
@@ -55,11 +62,16 @@ def batches_sensor(batch_job) -> dg.SensorDefinition:
                description="Runs the per-batch job for every contact batch whose messages changed (off by default).")
     def _sensor(context: dg.SensorEvaluationContext):
         s = _settings()
+        if not s.brb_db.exists():
+            return dg.SkipReason(_NOTHING_INGESTED)
         work = pending_work(s)
         known = set(context.instance.get_dynamic_partitions(contact_batches_partitions.name))
         todo = [b for b in work["to_embed"] if b in known]
+        if not todo and work["to_embed"]:
+            return dg.SkipReason(f"{_batches(len(work['to_embed']))} to embed but not registered as partitions yet: "
+                                 "run ingest_job (or materialize contact_batches) first")
         if not todo:
-            return dg.SkipReason("every batch is embedded")
+            return dg.SkipReason("every batch is embedded: nothing to run")
         return [dg.RunRequest(run_key=f"{work['state']}:{b}", partition_key=b) for b in todo]
 
     return _sensor
@@ -71,11 +83,15 @@ def finalize_sensor(finalize_job) -> dg.SensorDefinition:
                description="Loads the store, rebuilds indexes and the map once all changed batches are embedded "
                            "(off by default).")
     def _sensor(context: dg.SensorEvaluationContext):
-        work = pending_work(_settings())
+        s = _settings()
+        if not s.brb_db.exists():
+            return dg.SkipReason(_NOTHING_INGESTED)
+        work = pending_work(s)
         if work["to_embed"]:
-            return dg.SkipReason(f"{len(work['to_embed'])} batches still to embed")
+            return dg.SkipReason(f"{_batches(len(work['to_embed']))} still to embed (changed_batches_sensor "
+                                 "or batch_job runs them); the store waits for all of them")
         if not work["to_load"]:
-            return dg.SkipReason("the store is up to date")
+            return dg.SkipReason("the store is up to date: every embedded batch is loaded")
         return dg.RunRequest(run_key=work["state"])
 
     return _sensor

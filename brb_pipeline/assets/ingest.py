@@ -37,7 +37,8 @@ def contacts(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
 @dg.asset(group_name=INGEST, deps=[contacts], kinds={"sqlite"}, required_resource_keys={"brb", "runtime"})
 def contact_batches(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     """Contacts grouped into batches (top 50 by messages 10 to a batch, the rest 50 to a batch),
-    registered as the dynamic partitions of every per-batch asset."""
+    registered as the dynamic partitions of every per-batch asset. Its metadata's ``people``
+    table says which batch (partition) holds whom; ``brb forget`` wipes it."""
     s = context.resources.brb.load()
     keys, changed, meta = ingest.run_batches(s, context.resources.runtime.embedder(s).model_id)
     name = contact_batches_partitions.name
@@ -48,4 +49,5 @@ def contact_batches(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     for stale in sorted(existing - set(keys)):
         context.instance.delete_dynamic_partition(name, stale)
     meta["changed"] = ", ".join(changed) if changed else "none"
+    meta["people"] = dg.MetadataValue.md(meta["people"])
     return dg.MaterializeResult(metadata=meta)

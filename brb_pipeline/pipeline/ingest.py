@@ -310,8 +310,41 @@ def run_batches(s: Settings, model_id: str | None = None) -> tuple[list[str], li
         "unchanged_batches": len(diff["unchanged"]),
         "removed_batches": len(diff["removed"]),
         "largest_batch_messages": int(frame["messages"].max() or 0) if frame.height else 0,
+        "people": people_table(contacts),
     }
     return all_keys, diff["changed"], meta
+
+
+#: Between two people in a row of :func:`people_table` (group names contain commas).
+PEOPLE_SEPARATOR = " · "
+_MD_SPECIAL = str.maketrans({c: "\\" + c for c in "\\|*_`[]<>#"})
+
+
+def people_table(contacts: pl.DataFrame) -> str:
+    """A markdown table, one row per batch: its people (display name and message count, in rank
+    order) and its messages, so the Dagster UI says which partition holds whom.
+
+    Names are identities: ``brb forget`` wipes this metadata with the asset's event history
+    (``runner.wipe_derived_events``). Never message text.
+
+    Args:
+        contacts: ``metadata.read_contacts`` (contact_id, display_name, batch, messages, rank).
+    """
+    rows = ["| batch | people | messages |", "|---|---|---:|"]
+    if contacts.height == 0:
+        return "\n".join(rows)
+    frame = (contacts.filter(pl.col("batch").is_not_null()).sort(["batch", "rank"], nulls_last=True)
+             .select("batch", "display_name", pl.col("messages").fill_null(0)))
+    for (batch,), group in frame.group_by("batch", maintain_order=True):
+        people = PEOPLE_SEPARATOR.join(f"{_md(n or '?')} ({m:,})"
+                                       for n, m in group.select("display_name", "messages").iter_rows())
+        rows.append(f"| {batch} | {people} | {int(group['messages'].sum()):,} |")
+    return "\n".join(rows)
+
+
+def _md(text: str) -> str:
+    """``text`` safe in one markdown table cell (no pipes, markup or line breaks)."""
+    return " ".join(text.split()).translate(_MD_SPECIAL)
 
 
 def _pack_batches(per: pl.DataFrame, budget: int) -> list[list[str | None]]:

@@ -1,0 +1,76 @@
+"""Op jobs the Dagster UI launches with a config: ``contact_backfill_job`` re-runs one person.
+
+A Dagster run covers one partition of an asset job, and the person's batch is found only at run
+time, so the job is one op that resolves the name and runs the headless runner, the same code
+path as ``brb ingest --contact NAME``: the ingestion assets, that person's batch (and any batch
+whose content changed), then the store, indexes and map, each as its own run in the instance.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+import dagster as dg
+from pydantic import Field
+
+from brb_pipeline.core.errors import BrbError
+from brb_pipeline.core.progress import CancelToken, LoggerSink, Progress
+from brb_pipeline.settings import Settings
+
+#: Jobs whose run config names a person: ``brb forget`` deletes their runs.
+PERSON_JOBS = ("contact_backfill_job",)
+
+
+class ContactBackfillConfig(dg.Config):
+    contact: str = Field(description="Display name, part of one (a unique word prefix), a handle or a contact id.")
+    insights: bool = Field(default=True, description="Also redraw the insights map.")
+    reembed: bool = Field(default=False, description="Embed the person's batch again instead of reusing vectors.")
+
+
+def backfill_contact(s: Settings, contact: str, *, progress: Progress | None = None,
+                     cancel: CancelToken | None = None, load_embedder: Callable[[Settings], Any] | None = None,
+                     insights: bool = True, reembed: bool = False) -> dict[str, Any]:
+    """Run ``contact``'s batch and the finalize step; returns ``run_ingest``'s summary.
+
+    Args:
+        load_embedder: gives the embedder, called only once the name is resolved (a mistyped
+            name does not wait for a model to load); default: the one the settings name.
+
+    Raises:
+        BrbError: nothing ingested yet, or no (or more than one) contact matches ``contact``.
+    """
+    from brb_pipeline.core.contacts_lookup import find_contacts
+    from brb_pipeline.runner import run_ingest
+
+    if not s.brb_db.exists():
+        raise BrbError(f"nothing ingested in {s.home}: run `brb ingest` (or materialize all) first")
+    ids = find_contacts(s.brb_db, [contact], default_region=s.default_region)
+    return run_ingest(s, progress=progress, cancel=cancel, only_contacts=ids,
+                      embedder=load_embedder(s) if load_embedder else None, analyze=insights, reembed=reembed)
+
+
+@dg.op(required_resource_keys={"brb", "runtime"},
+       description="Resolve `contact` and run that person's batch (chunks, embeddings), then the store, "
+                   "indexes and insights.")
+def backfill_contact_op(context: dg.OpExecutionContext, config: ContactBackfillConfig) -> dg.Output[None]:
+    s = context.resources.brb.load()
+    rt = context.resources.runtime
+    progress = rt.progress if rt.progress.sinks else Progress([LoggerSink(context.log)])  # the UI: the run's log
+    try:
+        summary = backfill_contact(s, config.contact, progress=progress, cancel=rt.cancel, load_embedder=rt.embedder,
+                                   insights=config.insights, reembed=config.reembed)
+    except BrbError as e:  # the UI shows the description, not a traceback
+        raise dg.Failure(description=f"brb: error: {e}", allow_retries=False) from None
+    # batch keys and counts only: the person's name is in the run config, never in metadata
+    return dg.Output(None, metadata={
+        "batches_processed": ", ".join(summary["batches_processed"]) or "none",
+        "chunks": summary["chunks"],
+        "store_changed": summary["store_changed"],
+        "brb_run": summary["run_id"],
+        "seconds": summary["timings"].get("total", 0.0),
+    })
+
+
+@dg.job(name="contact_backfill_job",
+        description="Re-run one person: config `contact: \"Name\"` (a name, handle or contact id).")
+def contact_backfill_job():
+    backfill_contact_op()
