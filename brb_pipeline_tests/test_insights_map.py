@@ -63,6 +63,11 @@ class _Checker(HTMLParser):
             self.external.append(src)
 
 
+def _raw(text: str) -> str:
+    """How the 2-D page embeds a string: JSON without ASCII escapes, "<" as \\u003c."""
+    return json.dumps(text, ensure_ascii=False)[1:-1].replace("<", "\\u003c")
+
+
 def test_write_map_offline_html_png_and_3d(tmp_path):
     files = write_map(tmp_path / "insights", _points(), title="Test map")
     assert isinstance(files, MapFiles)
@@ -73,14 +78,27 @@ def test_write_map_offline_html_png_and_3d(tmp_path):
         assert text.lstrip().lower().startswith("<!doctype html>") and "</html>" in text
         assert {"html", "head", "body", "script"} <= set(checker.tags)
         assert checker.external == [] and '<script src="http' not in text  # fully offline
-        assert "Plotly.newPlot" in text and len(text) > 1_000_000  # plotly.js inlined
-        for label in ("Travel · flights · airport", "Tarifi · çorbası · mercimek"):
-            assert _js(label) in text  # every cluster label (legend and centre text)
-        # Labels, legend and hover are HTML-escaped: plotly would render "<b>" as markup.
-        assert _js("Match &lt;b&gt;&amp;&lt;/b&gt; penalty $5 (20)") in text
-        assert _js("Match <b>&</b> penalty $5") not in text
-        assert _js("Ayşe") in text  # hover carries the contact
-    assert "Scatter3d" in files.html_3d.read_text() or '"scatter3d"' in files.html_3d.read_text()
+    # 3-D: plotly.js inlined, labels and hover escaped for plotly's HTML subset.
+    text3 = files.html_3d.read_text(encoding="utf-8")
+    assert "Plotly.newPlot" in text3 and len(text3) > 1_000_000
+    assert "Scatter3d" in text3 or '"scatter3d"' in text3
+    for label in ("Travel · flights · airport", "Tarifi · çorbası · mercimek"):
+        assert _js(label) in text3
+    assert _js("Match &lt;b&gt;&amp;&lt;/b&gt; penalty $5 (20)") in text3
+    assert _js("Match <b>&</b> penalty $5") not in text3
+    assert _js("Ayşe") in text3  # hover carries the contact
+    # 2-D: a small page of its own, no plotly, no URL fetched, the data inline as JSON.
+    text2 = files.html.read_text(encoding="utf-8")
+    assert "Plotly" not in text2 and len(text2) < 100_000
+    assert "http://" not in text2 and "https://" not in text2 and "fetch(" not in text2
+    assert "default-src 'none'" in text2  # CSP: the browser itself refuses any network load
+    data = json.loads(text2.split('<script id="data" type="application/json">')[1]
+                      .split("</script>")[0])
+    assert [c["label"] for c in data["clusters"]] == [LABELS[0], LABELS[1], LABELS[2], "Unclustered"]
+    assert len(data["x"]) == len(data["s"]) == 63 and max(data["x"] + data["y"]) <= 10_000
+    assert "Ayşe" in data["contacts"] and SECRET in data["s"]
+    assert _raw("Match <b>&</b> penalty $5") in text2 and "<b>&</b>" not in text2  # no raw markup
+    assert data["subtitle"].startswith("63 chunks · 3 clusters · 5% unclustered · 2024-01-01")
     png = files.png.read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     # No temporary files are left behind.
@@ -153,7 +171,7 @@ def test_cluster_centres_median():
 
 
 def test_3d_view_uses_its_own_layout_and_partial_summary_is_completed(tmp_path):
-    from brb_pipeline.core.insights_map import as_points, figure_2d, figure_3d
+    from brb_pipeline.core.insights_map import as_points, figure_3d, map_data
 
     pts = _points().with_columns((pl.col("x") + 1000).alias("x3"), (pl.col("y") - 1000)
                                  .alias("y3"), (pl.col("z") * 2).alias("z3"))
@@ -163,7 +181,9 @@ def test_3d_view_uses_its_own_layout_and_partial_summary_is_completed(tmp_path):
     first = df.filter(pl.col("cluster_id") == summ["cluster_id"][0])
     assert np.allclose(fig3.data[0].x, first["x3"].to_numpy())  # 3-D layout, not the 2-D one
     assert np.allclose(fig3.data[-1].x, summ.filter(pl.col("cluster_id") >= 0)["x3"].to_numpy())
-    assert np.allclose(figure_2d(df, summ, "t").data[0].x, first["x"].to_numpy())
+    data = map_data(df, summ, "t")  # the 2-D page: x, y scaled to the grid, not x3
+    assert data["x"][0] == round((df["x"][0] - df["x"].min()) * 10_000
+                                 / max(np.ptp(df["x"].to_numpy()), np.ptp(df["y"].to_numpy())))
     # x3, y3 given with z (no z3): z is the 3-D layout's third axis.
     df2 = as_points(pts.drop("z3"))
     assert np.allclose(df2["z3"].to_numpy(), df2["z"].to_numpy())
@@ -173,11 +193,48 @@ def test_3d_view_uses_its_own_layout_and_partial_summary_is_completed(tmp_path):
     assert files.png.stat().st_size > 10_000
 
 
-def test_png_labels_do_not_overlap():
+def _crowded(n_clusters: int = 24, per: int = 60, seed: int = 1) -> pl.DataFrame:
+    """A demo-like map: clusters of unequal size, most crowded near the centre, long labels."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for c in range(-1, n_clusters):
+        n = per // 3 if c < 0 else int(per * (1 + 3 * rng.random()))
+        centre = rng.normal(0, 1.5 if c % 3 else 6, 2)  # two thirds packed in the middle
+        xy = centre + rng.normal(0, 0.4, (n, 2))
+        for i in range(n):
+            rows.append({"x": xy[i, 0], "y": xy[i, 1], "cluster_id": c,
+                         "label": f"Topic {c} · word{c} · longer label here",
+                         "contact": f"Contact {i % 7}", "date": f"2024-{1 + i % 12:02d}-01",
+                         "snippet": f"Me (10:{i % 60:02d}): message {i} " + "text " * 24})
+    return pl.DataFrame(rows)
+
+
+def _boxes(fig, texts):
+    renderer = fig.canvas.get_renderer()
+    return [t.get_window_extent(renderer) for t in texts if t.get_visible()]
+
+
+def test_png_labels_do_not_overlap_and_most_are_kept():
+    from brb_pipeline.core.insights_map import as_points, draw_png
+
+    df = as_points(_crowded())
+    summ = cluster_summary(df)
+    fig, texts = draw_png(df, summ, "t")
+    fig.canvas.draw()  # the boxes of the final, rendered figure
+    boxes = _boxes(fig, texts)
+    assert len(texts) == 24
+    assert len(boxes) >= 20  # adjustText made room: few labels had to be dropped
+    assert texts[0].get_visible()  # the largest cluster always keeps its label
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    ax_box = fig.axes[0].get_window_extent(fig.canvas.get_renderer())
+    assert all(ax_box.x0 - 1 <= b.x0 and b.x1 <= ax_box.x1 + 1 for b in boxes)  # on the canvas
+
+
+def test_drop_overlapping_keeps_the_first_of_labels_on_one_spot():
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from brb_pipeline.core.insights_map import _declutter
+    from brb_pipeline.core.insights_map import drop_overlapping
 
     fig = Figure(figsize=(4, 3), dpi=100)
     FigureCanvasAgg(fig)
@@ -185,8 +242,128 @@ def test_png_labels_do_not_overlap():
     ax.set_xlim(0, 10)
     ax.set_ylim(0, 10)
     texts = [ax.text(5, 5, f"Cluster label number {i}", ha="center") for i in range(4)]
-    _declutter(fig, texts)  # four labels at the same spot
-    r = fig.canvas.get_renderer()
-    boxes = [t.get_window_extent(r) for t in texts]
-    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
-    assert texts[0].get_position() == (5, 5)  # the first (largest cluster) stays put
+    texts.append(ax.text(5, 1, "far away", ha="center"))
+    assert drop_overlapping(fig, texts) == 3
+    assert [t.get_visible() for t in texts] == [True, False, False, False, True]
+
+
+def test_png_title_counts_and_muted_noise(tmp_path):
+    from matplotlib.image import imread
+
+    from brb_pipeline.core.insights_map import as_points, draw_png
+
+    df = as_points(_points())
+    fig, _ = draw_png(df, cluster_summary(df), "My map")
+    shown = [t.get_text() for t in fig.texts]
+    assert shown[0] == "My map"
+    assert shown[1] == "63 chunks · 3 clusters · 5% unclustered · 2024-01-01 – 2024-06-03"
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend[1] == "unclustered (3)" and "one chunk" in legend[0]
+    files = write_map(tmp_path, df, title="t")
+    img = (imread(files.png)[..., :3] * 255).astype(int)
+    assert img.shape[:2] == (1080, 1440)
+    grey = np.all(np.abs(img - 0xd4) <= 8, axis=-1) & (np.ptp(img, axis=-1) <= 4)
+    assert grey.sum() > 20  # unclustered points drawn in light grey
+
+
+def test_html_size_bound_at_demo_size(tmp_path):
+    df = _crowded(24, 40)  # ~2,300 points, 140-character snippets (the demo: 1,461)
+    files = write_map(tmp_path, df, title="t")
+    size = files.html.stat().st_size
+    assert df.height > 1_461 and size < 2_000_000
+    assert size / df.height < 200  # bytes per point: the page grows ~linearly with chunks
+    # Snippets are cut to HTML_SNIPPET_CHARS in the page.
+    assert ("text " * 24)[:120] not in files.html.read_text(encoding="utf-8")
+
+
+def _home_with_map_inputs(home, n: int = 40):
+    """A real store (DuckDB from a real partition) and the insights parquet files run_map reads."""
+    from brb_pipeline.core import duck, store
+    from brb_pipeline.settings import Settings
+    from brb_pipeline_tests.test_store import make_chunks, make_vectors
+
+    s = Settings(home=home)
+    texts = [f"Me (10:{i:02d}): whole chunk {i} " + " ".join(f"word{i}x{j}" for j in range(60))
+             for i in range(n)]
+    chunks = make_chunks("batch-001", "alice", n, texts=texts)
+    path = store.write_partition(s.staging_dir, "batch-001", chunks, make_vectors(n, 0), "test@1")
+    con = duck.connect(s.duckdb_path)
+    try:
+        store.load_partitions(con, {"batch-001": path})
+    finally:
+        con.close()
+    d = s.staging_dir / "insights"
+    d.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    ids = chunks["chunk_id"].to_list()
+    cid = [i % 3 - 1 for i in range(n)]  # clusters 0, 1 and noise
+    pl.DataFrame({"chunk_id": ids, **{c: rng.normal(size=n) + np.array(cid) * 5
+                                      for c in ("x", "y", "x3", "y3", "z3")}}
+                 ).write_parquet(d / "projection.parquet")
+    pl.DataFrame({"chunk_id": ids, "cluster_id": cid}).write_parquet(d / "clusters.parquet")
+    pl.DataFrame({"cluster_id": [0, 1], "label": ["Words · chunk", "Other · words"],
+                  "terms": [["words"], ["other"]], "label_source": ["tfidf", "tfidf"]}
+                 ).write_parquet(d / "labels.parquet")
+    return s, texts
+
+
+def test_run_map_pages_hold_snippets_never_whole_chunks(tmp_path):
+    from brb_pipeline.pipeline.insights import SNIPPET_CHARS, run_map
+
+    s, texts = _home_with_map_inputs(tmp_path)
+    meta = run_map(s)
+    assert meta["points"] == 40 and meta["clusters"] == 2
+    for key in ("html", "html_3d"):
+        page = Path(meta[key]).read_text(encoding="utf-8")
+        assert all(t[:60] in page for t in texts)  # every chunk is there as its snippet
+        assert not any(t in page for t in texts)  # and none whole
+        assert not any(t[:SNIPPET_CHARS + 20] in page for t in texts)
+    assert Path(meta["png"]).stat().st_size > 10_000
+
+
+def _browser():
+    """A headless Chromium through selenium, or a skip when either is not installed."""
+    webdriver = pytest.importorskip("selenium.webdriver")
+    import shutil
+
+    binary = next((b for b in ("chromium", "chromium-browser", "google-chrome")
+                   if shutil.which(b)), None)
+    if binary is None or not shutil.which("chromedriver"):
+        pytest.skip("Chromium and chromedriver are not installed")
+    opts = webdriver.ChromeOptions()
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1280,900"):
+        opts.add_argument(arg)
+    opts.binary_location = shutil.which(binary)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    from selenium.webdriver.chrome.service import Service
+
+    return webdriver.Chrome(options=opts, service=Service(shutil.which("chromedriver")))
+
+
+def test_html_in_headless_browser_search_filters_and_click_lists(tmp_path):
+    driver = _browser()
+    try:
+        from selenium.webdriver.common.by import By
+
+        files = write_map(tmp_path, _points(), title="Browser map")
+        driver.get(files.html.resolve().as_uri())
+        count = driver.find_element(By.ID, "count")
+        assert driver.find_element(By.ID, "title").text == "Browser map"
+        assert count.text == "63 chunks"
+        rows = driver.find_elements(By.CSS_SELECTOR, "#clusters .cl")
+        assert len(rows) == 4
+        driver.find_element(By.ID, "q").send_keys("secret snippet")
+        assert count.text == "4 of 63 chunks match"  # SECRET is the first snippet per cluster
+        assert len(driver.find_elements(By.CSS_SELECTOR, "#clusters .cl")) == 4
+        driver.find_element(By.ID, "q").clear()
+        driver.find_element(By.ID, "q").send_keys("mehmet")
+        assert count.text == "20 of 63 chunks match"
+        driver.find_elements(By.CSS_SELECTOR, "#clusters .cl")[0].click()  # Mehmet's cluster
+        items = driver.find_elements(By.CSS_SELECTOR, "#list .it")
+        assert items[0].text.startswith(LABELS[1] + ": 20 chunks")
+        assert len(items) == 21 and "Mehmet · 2024-02-" in items[1].text
+        errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+        assert errors == []
+    finally:
+        driver.quit()
