@@ -510,14 +510,15 @@ let match=null,sel=-1,view={s:1,tx:0,ty:0},W=0,H=0,dpr=1;
 const cx=new Float64Array(C.length),cy=new Float64Array(C.length),cn=new Float64Array(C.length);
 for(let i=0;i<N;i++){const c=D.c[i];cx[c]+=D.x[i];cy[c]+=D.y[i];cn[c]++}
 for(let c=0;c<C.length;c++){if(cn[c]){cx[c]/=cn[c];cy[c]/=cn[c]}}
-function fit(){const m=40,s=Math.min((W-2*m)/10000,(H-2*m)/10000);view={s:s,tx:(W-10000*s)/2,ty:(H-10000*s)/2}}
+let X0=1e9,X1=-1e9,Y0=1e9,Y1=-1e9;for(let i=0;i<N;i++){X0=Math.min(X0,D.x[i]);X1=Math.max(X1,D.x[i]);Y0=Math.min(Y0,D.y[i]);Y1=Math.max(Y1,D.y[i])}if(!N){X0=Y0=0;X1=Y1=1}
+function fit(){const m=50,s=Math.min((W-2*m)/Math.max(X1-X0,1),(H-2*m)/Math.max(Y1-Y0,1));view={s:s,tx:(W-(X1+X0)*s)/2,ty:(H-(Y1+Y0)*s)/2}}
 function sx(x){return x*view.s+view.tx}function sy(y){return H-(y*view.s+view.ty)}
 function resize(){dpr=window.devicePixelRatio||1;W=cv.clientWidth;H=cv.clientHeight;cv.width=W*dpr;cv.height=H*dpr;ctx.setTransform(dpr,0,0,dpr,0,0)}
-const R=Math.max(1.2,Math.min(5,Math.sqrt(60000/Math.max(N,1))/4));
+const R=Math.max(1.5,Math.min(6,Math.sqrt(200000/Math.max(N,1))/4));
 function on(i){return (match===null||match[i])&&(sel<0||D.c[i]===sel)}
-function draw(){ctx.clearRect(0,0,W,H);const r=R*Math.sqrt(Math.max(1,view.s*10000/Math.min(W,H)));
+let S0=1;function draw(){ctx.clearRect(0,0,W,H);const r=R*Math.min(3,Math.sqrt(Math.max(1,view.s/S0)));
 for(let pass=0;pass<2;pass++)for(let i=0;i<N;i++){const a=on(i);if((pass===1)!==a)continue;
-const c=C[D.c[i]];ctx.globalAlpha=a?(c.id<0?0.45:0.85):0.08;ctx.fillStyle=c.id<0?"#bdbdbd":c.color;
+const c=C[D.c[i]];ctx.globalAlpha=a?(c.id<0?0.45:0.85):0.12;ctx.fillStyle=c.id<0?"#bdbdbd":c.color;
 ctx.beginPath();ctx.arc(sx(D.x[i]),sy(D.y[i]),c.id<0?r*0.7:r,0,6.2832);ctx.fill()}
 ctx.globalAlpha=1;ctx.textAlign="center";ctx.textBaseline="middle";ctx.lineJoin="round";const boxes=[];
 const order=C.map((c,i)=>i).filter(i=>C[i].id>=0&&cn[i]).sort((a,b)=>cn[b]-cn[a]);
@@ -552,8 +553,8 @@ cv.addEventListener("mouseleave",()=>{tip.style.display="none"});
 cv.addEventListener("wheel",e=>{e.preventDefault();const r=cv.getBoundingClientRect(),mx=e.clientX-r.left,my=H-(e.clientY-r.top),f=Math.exp(-e.deltaY*0.0015);
 view.tx=mx-(mx-view.tx)*f;view.ty=my-(my-view.ty)*f;view.s*=f;draw()},{passive:false});
 cv.addEventListener("dblclick",()=>{fit();draw()});
-window.addEventListener("resize",()=>{resize();fit();draw()});
-resize();fit();clusters();list();draw();
+window.addEventListener("resize",()=>{resize();fit();S0=view.s;draw()});
+resize();fit();S0=view.s;clusters();list();draw();
 </script></body></html>
 """
 
