@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import platform
@@ -209,17 +210,31 @@ def instrumented(rec: Recorder) -> Iterator[Recorder]:
 
 
 class CountingEmbedder:
-    """Delegates to an embedder and counts what it embeds (texts and calls)."""
+    """Delegates to an embedder and counts what it embeds (texts and calls). The same embedder
+    also embeds cluster-label candidates, so the texts are kept (as digests) to tell chunk
+    embeddings from the rest afterwards (:meth:`chunk_texts`)."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.texts = 0
         self.calls = 0
+        self.digests: list[bytes] = []
 
     def embed(self, texts: list[str]) -> np.ndarray:
         self.calls += 1
         self.texts += len(texts)
+        self.digests.extend(hashlib.blake2b(t.encode(), digest_size=12).digest() for t in texts)
         return self.inner.embed(texts)
+
+    def chunk_texts(self, s: Settings) -> int:
+        """How many embedded texts are chunk texts of the store (each stored chunk's embedding_text)."""
+        con = duck.connect(s.duckdb_path, read_only=True)
+        try:
+            stored = {hashlib.blake2b(t.encode(), digest_size=12).digest()
+                      for (t,) in con.execute("SELECT embedding_text FROM chunks").fetchall()}
+        finally:
+            con.close()
+        return sum(d in stored for d in self.digests)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -265,7 +280,8 @@ def measured_ingest(s: Settings, embedder: Any, *, analyze: bool = True) -> dict
         "total_s": round(total, 3),
         "stages": stages,
         "functions": {k: {**v, "seconds": round(v["seconds"], 3)} for k, v in rec.calls.items()},
-        "embedded_texts": counting.texts,
+        "embedded_texts": counting.chunk_texts(s),
+        "other_embedded_texts": counting.texts - counting.chunk_texts(s),  # cluster-label candidates
         "embed_calls": counting.calls,
         "start_rss_mb": _mb(rec.start_rss),
     }

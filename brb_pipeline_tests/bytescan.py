@@ -53,12 +53,23 @@ def _kind(p: Path) -> str | None:
     return None
 
 
+def _forms(needle: str) -> list[bytes]:
+    """The byte forms a needle can take on disk: UTF-8, UTF-16-LE, and JSON's ASCII escapes
+    ("Elif \\u015eahin": Dagster's storage writes non-ASCII names that way)."""
+    import json
+
+    forms = [needle.encode("utf-8"), needle.encode("utf-16-le")]
+    escaped = json.dumps(needle, ensure_ascii=True)[1:-1].encode("ascii")
+    if escaped not in forms:
+        forms.append(escaped)
+    return forms
+
+
 def _raw(data: bytes, needles: list[str]) -> set[str]:
     low = data.lower()
     found = set()
     for n in needles:
-        for enc in ("utf-8", "utf-16-le"):
-            b = n.encode(enc)
+        for b in _forms(n):
             if b in data or b.lower() in low:
                 found.add(n)
     return found
@@ -68,7 +79,7 @@ def _text_hits(value: object, needles: list[str]) -> set[str]:
     if isinstance(value, bytes):
         return _raw(value, needles)
     text = str(value).lower()
-    return {n for n in needles if n.lower() in text}
+    return {n for n in needles if any(f.decode("utf-8", "ignore").lower() in text for f in _forms(n)[::2])}
 
 
 def _scan_sqlite(p: Path, needles: list[str]) -> list[tuple[str, str]]:
