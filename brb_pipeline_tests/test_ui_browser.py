@@ -1,0 +1,124 @@
+"""The Dagster UI in a real browser: `contact_backfill_job`'s launchpad with a person's name runs
+that person's batch.
+
+Runs only where Chromium, chromedriver and selenium are installed (Debian: `apt-get install
+chromium chromium-driver`, `pip install selenium`); skipped otherwise. It starts `brb ui` (dagster
+dev) on a home ingested with the hash embedder, types the config into the launchpad's editor,
+clicks Launch Run and waits for the run and for brb.db to record which batches it processed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from brb_pipeline.demo.generate import build_demo_archive
+
+pytestmark = pytest.mark.skipif(
+    not (shutil.which("chromium") and shutil.which("chromedriver") and importlib.util.find_spec("selenium")),
+    reason="needs chromium, chromedriver and selenium",
+)
+ENV = {**os.environ, "BRB_EMBEDDING_MODEL": "hash", "BRB_HDBSCAN_MIN_CLUSTER_SIZE": "8", "PYTHONUNBUFFERED": "1"}
+ENV.pop("BRB_FAULT", None)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_http(url: str, seconds: float) -> None:
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=5):
+                return
+        except OSError:
+            time.sleep(1)
+    raise AssertionError(f"{url} did not answer within {seconds} s")
+
+
+def _last_success(db: Path) -> dict | None:
+    con = sqlite3.connect(db)
+    try:
+        row = con.execute("SELECT run_id, stats_json FROM ingestion_runs WHERE status = 'success' "
+                          "ORDER BY started_at DESC LIMIT 1").fetchone()
+    finally:
+        con.close()
+    return {"run_id": row[0], **json.loads(row[1] or "{}")} if row else None
+
+
+def test_launchpad_with_a_name_runs_that_persons_batch(tmp_path):
+    from selenium import webdriver
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    archive = build_demo_archive(tmp_path / "archive", messages=600, seed=7)
+    home = tmp_path / "home"
+    r = subprocess.run([sys.executable, "-m", "brb_pipeline.cli", "ingest", "--chat-db", str(archive.chat_db),
+                        "--addressbook", str(archive.addressbook_dir), "--progress", "none", "--no-insights",
+                        "--home", str(home)], capture_output=True, text=True, env=ENV, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    con = sqlite3.connect(home / "brb.db")
+    batches = {b for (b,) in con.execute("SELECT DISTINCT batch FROM contacts WHERE batch IS NOT NULL")}
+    name, batch = con.execute("SELECT display_name, batch FROM contacts WHERE name_source = 'addressbook' "
+                              "AND kind = 'direct' AND batch IS NOT NULL ORDER BY rank DESC LIMIT 1").fetchone()
+    con.close()
+    assert len(batches) > 1, "the person's batch must be one of several, else the test proves nothing"
+    before = _last_success(home / "brb.db")["run_id"]
+
+    port = _free_port()
+    ui = subprocess.Popen([sys.executable, "-m", "brb_pipeline.cli", "ui", "--home", str(home), "--port", str(port)],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV, start_new_session=True)
+    opts = webdriver.ChromeOptions()
+    for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
+        opts.add_argument(a)
+    driver = None
+    try:
+        _wait_http(f"http://127.0.0.1:{port}/server_info", 180)
+        driver = webdriver.Chrome(options=opts)
+        driver.get(f"http://127.0.0.1:{port}/locations/brb_pipeline/jobs/contact_backfill_job/playground")
+        wait = WebDriverWait(driver, 120)
+        wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, ".CodeMirror")))
+        config = f'ops:\n  backfill_contact_op:\n    config:\n      contact: "{name}"\n      insights: false\n'
+        driver.execute_script("document.querySelector('.CodeMirror').CodeMirror.setValue(arguments[0]);", config)
+        # a first visit may open Dagster's "Join the community" dialog over the page
+        for skip in driver.find_elements(By.XPATH, "//button[normalize-space(.)='Skip']"):
+            skip.click()
+        WebDriverWait(driver, 20).until_not(ec.presence_of_element_located((By.CSS_SELECTOR, ".dagster-backdrop")))
+        driver.save_screenshot(str(tmp_path / "launchpad.png"))
+        launch = wait.until(ec.element_to_be_clickable(
+            (By.XPATH, "//button[contains(translate(., 'LAUNCHRUN', 'launchrun'), 'launch run')]")))
+        launch.click()
+        deadline = time.time() + 300
+        after = None
+        while time.time() < deadline:
+            after = _last_success(home / "brb.db")
+            if after and after["run_id"] != before:
+                break
+            time.sleep(2)
+        driver.save_screenshot(str(tmp_path / "after_launch.png"))
+        assert after and after["run_id"] != before, "the launched run never finished an ingestion"
+        assert after["batches_processed"] == [batch]  # that person's batch, and only it
+    finally:
+        if driver is not None:
+            driver.quit()
+        os.killpg(ui.pid, signal.SIGTERM)
+        try:
+            ui.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(ui.pid, signal.SIGKILL)
