@@ -165,6 +165,12 @@ def test_forget_wipes_the_people_table_and_the_backfill_runs(home):
     person = metadata.read_contacts(s.brb_db).filter(pl.col("name_source") == "addressbook").sort("rank").row(
         3, named=True)
     name = person["display_name"]
+    # this test's own backfill run (its run config names the person): under pytest-xdist the
+    # module's other tests may run in another process, on another copy of the home
+    result = contact_backfill_job.execute_in_process(
+        run_config={"ops": {"backfill_contact_op": {"config": {"contact": name, "insights": False}}}},
+        instance=instance_for(s), resources=resources(home=str(s.home)))
+    assert result.success
     needles = sorted({name, json.dumps(name)[1:-1]})  # Dagster stores events as ASCII JSON ("\\u00e9")
     found = scan(s.dagster_home, needles)
     # before: in the table's materializations and step outputs, and in the job's run config
