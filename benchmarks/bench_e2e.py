@@ -262,6 +262,7 @@ def measured_ingest(s: Settings, embedder: Any, *, analyze: bool = True) -> dict
         t0 = time.perf_counter()
         summary = run_ingest(s, progress=Progress([rec]), embedder=counting, analyze=analyze)
         total = time.perf_counter() - t0
+    chunk_texts = counting.chunk_texts(s)  # reads the store once
     stages: dict[str, dict[str, Any]] = {}
     for st in (*STAGES, OTHER):
         secs = rec.busy.get(st, 0.0) if st != OTHER else max(0.0, total - sum(rec.busy.values()))
@@ -280,8 +281,8 @@ def measured_ingest(s: Settings, embedder: Any, *, analyze: bool = True) -> dict
         "total_s": round(total, 3),
         "stages": stages,
         "functions": {k: {**v, "seconds": round(v["seconds"], 3)} for k, v in rec.calls.items()},
-        "embedded_texts": counting.chunk_texts(s),
-        "other_embedded_texts": counting.texts - counting.chunk_texts(s),  # cluster-label candidates
+        "embedded_texts": chunk_texts,
+        "other_embedded_texts": counting.texts - chunk_texts,  # cluster-label candidates
         "embed_calls": counting.calls,
         "start_rss_mb": _mb(rec.start_rss),
     }

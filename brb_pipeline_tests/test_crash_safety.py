@@ -32,6 +32,7 @@ from brb_pipeline.core import duck, faults
 from brb_pipeline.core.embedding import HashEmbedder
 from brb_pipeline.demo.chatdb_writer import _register_trigger_functions
 from brb_pipeline.demo.generate import build_demo_archive
+from brb_pipeline_tests.homes import copy_home
 
 ENV = {**os.environ, "BRB_EMBEDDING_MODEL": "hash", "BRB_HDBSCAN_MIN_CLUSTER_SIZE": "8", "PYTHONUNBUFFERED": "1"}
 ENV.pop("BRB_FAULT", None)
@@ -62,13 +63,6 @@ def _trim(src: Path, dst: Path, share: float = 0.25) -> None:
     con.execute("DELETE FROM message WHERE date > ?", (cut,))
     con.commit()
     con.close()
-
-
-def copy_home(template: Path, dst: Path) -> Path:
-    shutil.copytree(template, dst)
-    cfg = dst / "dagster" / "dagster.yaml"
-    cfg.write_text(cfg.read_text().replace(str(template), str(dst)))
-    return dst
 
 
 def store_facts(home: Path) -> dict:

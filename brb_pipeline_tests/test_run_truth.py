@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from brb_pipeline.demo.generate import build_demo_archive
+from brb_pipeline_tests.homes import copy_home
 
 ENV = {**os.environ, "BRB_EMBEDDING_MODEL": "hash", "BRB_HDBSCAN_MIN_CLUSTER_SIZE": "8", "PYTHONUNBUFFERED": "1"}
 ENV.pop("BRB_FAULT", None)
@@ -78,15 +79,6 @@ def ingested(archive, tmp_path_factory):
     return home
 
 
-def _copy(home: Path, dst: Path) -> Path:
-    import shutil
-
-    shutil.copytree(home, dst)
-    cfg = dst / "dagster" / "dagster.yaml"
-    cfg.write_text(cfg.read_text().replace(str(home), str(dst)))
-    return dst
-
-
 def test_status_shows_both_indexes_against_the_chunk_count(ingested):
     st = status(ingested)
     assert st["chunks"] > 0 and st["search_ready"] is True and st["store_update_pending"] is False
@@ -97,7 +89,7 @@ def test_status_shows_both_indexes_against_the_chunk_count(ingested):
 
 
 def test_error_check_fails_the_run_keeps_the_store_and_says_why_in_one_line(ingested, tmp_path):
-    home = _copy(ingested, tmp_path / "h")
+    home = copy_home(ingested, tmp_path / "h")
     before = status(home)
     r = brb("ingest", "--reembed", "--progress", "jsonl", "--no-insights", home=home, script=NAN)
     assert r.returncode == 2, r.stderr[-2000:]
@@ -123,7 +115,7 @@ def test_error_check_fails_the_run_keeps_the_store_and_says_why_in_one_line(inge
 
 
 def test_warn_check_is_a_warning_line_and_a_status_entry(ingested, tmp_path):
-    home = _copy(ingested, tmp_path / "h")
+    home = copy_home(ingested, tmp_path / "h")
     # clusters that can never form: every chunk stays unclustered, the noise check (WARN) fails
     env = {**ENV, "BRB_HDBSCAN_MIN_CLUSTER_SIZE": "100000"}
     r = brb("ingest", "--progress", "jsonl", home=home, env=env)
@@ -140,7 +132,7 @@ def test_warn_check_is_a_warning_line_and_a_status_entry(ingested, tmp_path):
 
 
 def test_a_failed_step_prints_one_line_naming_the_log_with_the_trace(ingested, tmp_path):
-    home = _copy(ingested, tmp_path / "h")
+    home = copy_home(ingested, tmp_path / "h")
     boom = PATCHED.format(body="    raise RuntimeError('model exploded')")
     r = brb("ingest", "--reembed", "--progress", "none", "--no-insights", home=home, script=boom)
     assert r.returncode != 0
@@ -157,7 +149,7 @@ def test_a_failed_step_prints_one_line_naming_the_log_with_the_trace(ingested, t
 def test_sigint_stops_a_run_busy_inside_a_step(ingested, tmp_path):
     """An index build never reaches a cancellation point; SIGINT must still end the run within
     the grace period, record it as cancelled, and leave the previous store searchable."""
-    home = _copy(ingested, tmp_path / "h")
+    home = copy_home(ingested, tmp_path / "h")
     p = subprocess.Popen([sys.executable, "-c", SLOW_INDEX, "ingest", "--reembed", "--progress", "jsonl",
                           "--no-insights", "--home", str(home)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, env=ENV, stdin=subprocess.DEVNULL)

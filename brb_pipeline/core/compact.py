@@ -17,7 +17,7 @@ from pathlib import Path
 from brb_pipeline.core import duck
 from brb_pipeline.core import index as index_mod
 from brb_pipeline.core.duck import META_DDL, get_meta, table_exists
-from brb_pipeline.core.store import _table_ddl  # the store's own DDL: one owner for the table
+from brb_pipeline.core.store import _stored_facts, _table_ddl  # the store's own DDL and facts: one owner
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ def compact_without(path: Path, contact_ids: Iterable[str]) -> int:
             con.close()
             con = None
             return 0
-        dim = int(get_meta(con, "dim") or _stored_dim(con))
+        dim = int(_stored_facts(con)[1])  # meta's dim, else the column type's
         had_hnsw, had_fts = index_mod.hnsw_present(con), index_mod.fts_present(con)
         hnsw = dict(get_meta(con, "hnsw") or {})
         cols = [r[0] for r in con.execute(
@@ -116,13 +116,3 @@ def table_exists_in(con, catalog: str, name: str) -> bool:
         [catalog, name],
     ).fetchone()
     return bool(row and row[0])
-
-
-def _stored_dim(con) -> int:
-    import re
-
-    typ = con.execute(
-        "SELECT data_type FROM duckdb_columns() WHERE database_name = current_database() "
-        "AND table_name = 'chunks' AND column_name = 'embedding'"
-    ).fetchone()[0]
-    return int(re.search(r"\[(\d+)\]", typ).group(1))
