@@ -14,7 +14,7 @@ What a straightforward tool does with the same chunks:
 ``MLXEmbedder(backend="reference")`` cannot stand in for the naive path: it runs the same stock
 model but still length-sorts and cuts batches by token budget, so the loop is written out here.
 
-The same process has already loaded OpenBLAS for MLX (:mod:`brb_pipeline.core.blas`), so the
+The same process has already loaded OpenBLAS for MLX (:mod:`brb_pipeline.core.embedding.blas`), so the
 baseline gets fast GEMMs too: the comparison is about batching and write strategy, not the BLAS.
 """
 
@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from brb_pipeline.core import duck
-from brb_pipeline.core.index import FTS_PARAMS, HNSW_INDEX, lexical_extra
+from brb_pipeline.core.store import duck
+from brb_pipeline.core.store.index import FTS_PARAMS, HNSW_INDEX, lexical_extra
 
 BATCH = 32
 
@@ -58,7 +58,7 @@ class NaiveMLXEmbedder:
     """
 
     def __init__(self, model_dir: str | Path, *, batch_size: int = BATCH, max_tokens: int = 256) -> None:
-        from brb_pipeline.core.blas import ensure_fast_blas
+        from brb_pipeline.core.embedding.blas import ensure_fast_blas
 
         ensure_fast_blas()
         import mlx.core as mx

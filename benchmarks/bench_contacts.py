@@ -26,11 +26,11 @@ import numpy as np
 import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without install
-from brb_pipeline.core.batching import assign_batches, batch_fingerprints
-from brb_pipeline.core.contacts import resolve_contacts
+from brb_pipeline.core.contacts.batching import assign_batches, batch_fingerprints
+from brb_pipeline.core.contacts.resolve import resolve_contacts
 from brb_pipeline.core.records import CHAT_SCHEMA, MESSAGE_SCHEMA, UNKNOWN_CONTACT_ID
-from brb_pipeline.core.stats import contact_stats
-from brb_pipeline.sources.addressbook import Person
+from brb_pipeline.core.contacts.stats import contact_stats
+from brb_pipeline.core.records import Person
 
 RESULTS = Path(__file__).parent / "results" / "contacts.json"
 T0_US = int(datetime(2020, 1, 1, tzinfo=timezone.utc).timestamp() * 1_000_000)

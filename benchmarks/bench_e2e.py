@@ -57,7 +57,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from brb_pipeline.core import duck, metadata  # noqa: E402
+from brb_pipeline.core import metadata  # noqa: E402
+from brb_pipeline.core.store import duck
 from brb_pipeline.core.progress import STAGES, Progress  # noqa: E402
 from brb_pipeline.pipeline import embed as embed_stage  # noqa: E402
 from brb_pipeline.pipeline import ingest as ingest_stage  # noqa: E402
@@ -340,7 +341,7 @@ def all_chunks(s: Settings) -> pl.DataFrame:
 
 def store_facts(s: Settings) -> dict[str, Any]:
     """DuckDB file size and the index build records."""
-    from brb_pipeline.core.index import index_status
+    from brb_pipeline.core.store.index import index_status
 
     size = sum(p.stat().st_size for p in (s.duckdb_path, s.duckdb_path.with_suffix(".duckdb.wal")) if p.exists())
     con = duck.connect(s.duckdb_path, read_only=True)
@@ -498,7 +499,7 @@ def machine() -> dict[str, Any]:
             versions[pkg] = None
     blas = None
     with contextlib.suppress(Exception):
-        from brb_pipeline.core.blas import _state
+        from brb_pipeline.core.embedding.blas import _state
 
         blas = _state.get("path")
     return {"cores": os.cpu_count(), "ram_gb": mem, "cpu": cpu, "platform": platform.platform(),
@@ -506,7 +507,7 @@ def machine() -> dict[str, Any]:
 
 
 def load_model(s: Settings) -> tuple[Any, float]:
-    from brb_pipeline.core.embedding import load_embedder
+    from brb_pipeline.core.embedding.models import load_embedder
 
     t = time.perf_counter()
     emb = load_embedder(s)

@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 if os.environ.get("BRB_NO_FAST_BLAS") != "1":
-    from brb_pipeline.core.blas import ensure_fast_blas
+    from brb_pipeline.core.embedding.blas import ensure_fast_blas
 
     ensure_fast_blas()
 
@@ -72,7 +72,7 @@ def chunk_texts(n: int, window: int = 8, stride: int = 4) -> list[str]:
 
 
 def model_dir() -> Path:
-    from brb_pipeline.core.embedding import resolve_model
+    from brb_pipeline.core.embedding.models import resolve_model
 
     return resolve_model("bundled:all-MiniLM-L6-v2")
 
@@ -206,9 +206,9 @@ def main() -> None:
         child_refblas(args.child_refblas, args.child_out)
         return
 
-    from brb_pipeline.core import blas
-    from brb_pipeline.core.embedding import MLXEmbedder
-    from brb_pipeline.core.fast_bert import FastBert
+    from brb_pipeline.core.embedding import blas
+    from brb_pipeline.core.embedding.models import MLXEmbedder
+    from brb_pipeline.core.embedding.fast_bert import FastBert
 
     path = model_dir()
     texts = chunk_texts(args.chunks)

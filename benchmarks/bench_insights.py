@@ -34,8 +34,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from brb_pipeline.core.clustering import cluster  # noqa: E402
-from brb_pipeline.core.projection import project  # noqa: E402
+from brb_pipeline.core.insights.clustering import cluster  # noqa: E402
+from brb_pipeline.core.insights.projection import project  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -247,8 +247,8 @@ def main() -> None:
 
     label_info: dict = {}
     if not args.no_map and true is not None:
-        from brb_pipeline.core.insights_map import cluster_summary, write_map
-        from brb_pipeline.core.labeling import ClusterDocs, TfidfLabeler
+        from brb_pipeline.core.insights.map import cluster_summary, write_map
+        from brb_pipeline.core.insights.labeling import ClusterDocs, TfidfLabeler
 
         texts, topics = synthetic_texts(true, args.seed)
         ids = sorted(set(res.labels.tolist()))

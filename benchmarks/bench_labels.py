@@ -3,8 +3,8 @@
 Reads a home (brb.duckdb, staging/insights/clusters.parquet, brb.db contacts) read-only, builds
 the same cluster documents as ``run_labels`` and labels them twice, with no cache:
 
-- **c-TF-IDF**: :class:`~brb_pipeline.core.labeling.TfidfLabeler` (contact names dropped);
-- **refined**: :class:`~brb_pipeline.core.labeling.EmbeddingLabeler` over it (candidates re-ranked
+- **c-TF-IDF**: :class:`~brb_pipeline.core.insights.labeling.TfidfLabeler` (contact names dropped);
+- **refined**: :class:`~brb_pipeline.core.insights.labeling.EmbeddingLabeler` over it (candidates re-ranked
   by cosine to the cluster centroid with the store's embedding model, MMR, names/filler dropped);
 
 plus, when the home's ``labels.parquet`` exists, the **stored** labels (what the pipeline wrote
@@ -33,8 +33,8 @@ import polars as pl
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from brb_pipeline.core import metadata  # noqa: E402
-from brb_pipeline.core.embedding import load_embedder  # noqa: E402
-from brb_pipeline.core.labeling import (  # noqa: E402
+from brb_pipeline.core.embedding.models import load_embedder  # noqa: E402
+from brb_pipeline.core.insights.labeling import (  # noqa: E402
     ClusterDocs,
     EmbeddingLabeler,
     TfidfLabeler,

@@ -1,4 +1,4 @@
-"""BM25 side cost of the lexical extras: the current ``core/index.py`` against one at a git rev.
+"""BM25 side cost of the lexical extras: the current ``core/store/index.py`` against one at a git rev.
 
 Builds a demo archive, reads and chunks it (one contact per chat), then for each version of
 ``lexical_extra``/``LEXICAL_EXTRA_CANDIDATE``/``FTS_PARAMS``: computes the extras column the way
@@ -24,8 +24,8 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from brb_pipeline.core import index as current
-from brb_pipeline.core.duck import extension_directory
+from brb_pipeline.core.store import index as current
+from brb_pipeline.core.store.duck import extension_directory
 from brb_pipeline.core.chunking import ChunkParams, chunk_messages
 from brb_pipeline.demo.generate import build_demo_archive
 from brb_pipeline.sources.imessage import read_imessage

@@ -78,7 +78,7 @@ def child_units(messages: pl.DataFrame, names: Mapping[str, str], window: int, s
 def _merge_rank(parents: Sequence[str], info: Mapping[str, tuple], relevant: set[str], k: int) -> int | None:
     """Rank of the first relevant passage after search's own merging (core.fusion: same chat and
     conversation, intersecting times, at most three windows), cut at k passages."""
-    from brb_pipeline.core.fusion import Span, merge_overlapping
+    from brb_pipeline.core.search.fusion import Span, merge_overlapping
 
     spans = [Span(cid, *info[cid], 0.0, i, [cid]) for i, cid in enumerate(parents)]
     for i, g in enumerate(merge_overlapping(spans)[:k], 1):
@@ -96,9 +96,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("-k", type=int, default=10)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
-    from brb_pipeline.core import duck
-    from brb_pipeline.core.embedding import load_embedder
-    from brb_pipeline.core.routing import route_query
+    from brb_pipeline.core.store import duck
+    from brb_pipeline.core.embedding.models import load_embedder
+    from brb_pipeline.core.contacts.routing import route_query
     from brb_pipeline.pipeline.query import contact_refs
 
     s = Settings.load(args.home)

@@ -193,7 +193,7 @@ def load_questions(path: Path) -> dict[str, Any]:
 
 def store_rows(s: Settings) -> tuple[pl.DataFrame, str | None]:
     """(chunk rows of the store, stored embedding model id)."""
-    from brb_pipeline.core import duck
+    from brb_pipeline.core.store import duck
 
     con = duck.connect(s.duckdb_path, read_only=True)
     try:
@@ -273,7 +273,7 @@ class CachedEmbedder:
 
 def variants(s: Settings) -> list[tuple[str, dict[str, Any]]]:
     """(name, Searcher.search options): the default and one change each from it."""
-    from brb_pipeline.core.fusion import Fusion
+    from brb_pipeline.core.search.fusion import Fusion
     from brb_pipeline.pipeline.query import fusion_of
 
     d = fusion_of(s)
@@ -331,7 +331,7 @@ def floor_samples(searcher: Any, questions: Sequence[Mapping[str, Any]], target_
                   embedder: CachedEmbedder) -> list[float]:
     """Best candidate cosine for each question with its target's contact filtered out: what the
     store offers when the answer is not there."""
-    from brb_pipeline.core.search import search
+    from brb_pipeline.core.search.hybrid import search
 
     others = [r.contact_id for r in searcher.refs]
     out = []
@@ -379,7 +379,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    from brb_pipeline.core.embedding import load_embedder
+    from brb_pipeline.core.embedding.models import load_embedder
     from brb_pipeline.pipeline.query import Searcher
 
     qpath = args.questions or QUESTIONS_DIR / f"retrieval_{args.half}.json"

@@ -33,8 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_writes import chitchat_chunks  # noqa: E402
 
-from brb_pipeline.core import duck, index, store  # noqa: E402
-from brb_pipeline.core.search import search, vector_sql  # noqa: E402
+from brb_pipeline.core.store import duck  # noqa: E402
+from brb_pipeline.core.store import index
+from brb_pipeline.core.store import chunks as store
+from brb_pipeline.core.search.hybrid import search, vector_sql  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 _WORD_RE = re.compile(r"[a-z]{4,}")

@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from brb_pipeline.core.contacts import resolve_contacts  # noqa: E402
-from brb_pipeline.core.stats import contact_stats  # noqa: E402
+from brb_pipeline.core.contacts.resolve import resolve_contacts  # noqa: E402
+from brb_pipeline.core.contacts.stats import contact_stats  # noqa: E402
 from brb_pipeline.demo.generate import build_demo_archive  # noqa: E402
 from brb_pipeline.sources.addressbook import read_addressbook  # noqa: E402
 from brb_pipeline.sources.imessage import read_imessage  # noqa: E402

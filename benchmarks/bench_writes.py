@@ -31,7 +31,8 @@ import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from brb_pipeline.core import duck, store  # noqa: E402
+from brb_pipeline.core.store import duck  # noqa: E402
+from brb_pipeline.core.store import chunks as store
 
 RESULTS = Path(__file__).resolve().parent / "results"
 BATCH = 128

@@ -208,7 +208,7 @@ def _in_worker(fn, cancel=None, s: Settings | None = None):
 
 
 def _resolve_contacts(s: Settings, names: list[str]) -> list[str]:
-    from brb_pipeline.core.contacts_lookup import find_contacts
+    from brb_pipeline.core.contacts.lookup import find_contacts
 
     return find_contacts(s.brb_db, names, default_region=s.default_region)
 
@@ -273,9 +273,9 @@ def status_dict(s: Settings) -> dict[str, Any]:
                 out["warnings"] = json.loads(run.get("warnings_json") or "[]")
     out["clusters"] = metadata.count_clusters(s.brb_db)
     if s.duckdb_path.exists():
-        from brb_pipeline.core import duck
-        from brb_pipeline.core.index import index_status
-        from brb_pipeline.core.store import store_stats
+        from brb_pipeline.core.store import duck
+        from brb_pipeline.core.store.index import index_status
+        from brb_pipeline.core.store.chunks import store_stats
 
         try:
             con = duck.connect(s.duckdb_path, read_only=True)
@@ -446,7 +446,7 @@ def _search_lines(searcher, options: dict) -> None:
 @home_opt
 def reindex(home):
     """Rebuild the HNSW and BM25 indexes from the stored chunks (e.g. after a crash)."""
-    from brb_pipeline.core.index import FTS_SCHEMA, HNSW_INDEX
+    from brb_pipeline.core.store.index import FTS_SCHEMA, HNSW_INDEX
     from brb_pipeline.pipeline.store import run_reindex
 
     s = _settings(home)
@@ -462,7 +462,7 @@ def reindex(home):
 @home_opt
 def search_log(clear, limit, home):
     """Show (or clear) the local log of searches: query, mode, model, results, latency."""
-    from brb_pipeline.core.searchlog import clear_log, read_log
+    from brb_pipeline.core.search.log import clear_log, read_log
 
     s = _settings(home)
     if clear:
@@ -477,7 +477,7 @@ def search_log(clear, limit, home):
 @home_opt
 def forget(contacts, yes, home):
     """Remove a contact's data from every place brb keeps it, and skip them in future ingestions."""
-    from brb_pipeline.core.contacts_lookup import find_contacts
+    from brb_pipeline.core.contacts.lookup import find_contacts
     from brb_pipeline.pipeline.privacy import forget_contacts
     from brb_pipeline.runner import wipe_derived_events
 

@@ -30,7 +30,7 @@ from brb_pipeline.core import metadata
 from brb_pipeline.core import errors as errors_mod
 from brb_pipeline.core.errors import BrbError, CancelledError, CheckFailedError
 from brb_pipeline.core.progress import CancelToken, Progress
-from brb_pipeline.core.store import partition_path
+from brb_pipeline.core.store.chunks import partition_path
 from brb_pipeline.settings import Settings
 
 log = logging.getLogger("brb")

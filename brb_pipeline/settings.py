@@ -80,7 +80,7 @@ class Settings:
     hnsw_ef_construction: int = 128
     hnsw_ef_search: int = 256  # dev half: 64 -> 256 raised vector hit@5 0.551 -> 0.571 (HNSW recall), p50 58 -> 55 ms
     rrf_k: int = 60
-    # Hybrid fusion and the relevance floor (core/fusion.py), chosen on the dev half of
+    # Hybrid fusion and the relevance floor (core/search/fusion.py), chosen on the dev half of
     # benchmarks/questions/ with benchmarks/bench_retrieval.py (its results hold every variant).
     search_fusion: str = "score"  # "score" (min-max convex combination) | "rrf" (weighted)
     search_lexical_weight: float = 0.05

@@ -103,7 +103,7 @@ def _scan_sqlite(p: Path, needles: list[str]) -> list[tuple[str, str]]:
 
 
 def _scan_duckdb(p: Path, needles: list[str]) -> list[tuple[str, str]]:
-    from brb_pipeline.core import duck
+    from brb_pipeline.core.store import duck
 
     out = []
     con = duck.connect(p, read_only=True)

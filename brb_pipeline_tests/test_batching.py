@@ -11,7 +11,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from brb_pipeline.core.batching import ASSIGNMENT_SCHEMA, assign_batches, batch_fingerprints, batch_keys
+from brb_pipeline.core.contacts.batching import ASSIGNMENT_SCHEMA, assign_batches, batch_fingerprints, batch_keys
 from brb_pipeline.core.records import REACTION, UNKNOWN_CONTACT_ID
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
@@ -128,7 +128,7 @@ def test_fingerprint_is_identical_in_another_process(tmp_path):
     path = tmp_path / "msgs.parquet"
     _msgs().write_parquet(path)
     code = (
-        "import json, sys, polars as pl; from brb_pipeline.core.batching import batch_fingerprints;"
+        "import json, sys, polars as pl; from brb_pipeline.core.contacts.batching import batch_fingerprints;"
         "print(json.dumps(batch_fingerprints(pl.read_parquet(sys.argv[1]))))"
     )
     out = subprocess.run(

@@ -198,7 +198,7 @@ def test_jsonl_error_is_a_result_line(tmp_path):
 
 SLOW = """
 import sys, time
-from brb_pipeline.core import embedding
+from brb_pipeline.core.embedding import models as embedding
 orig = embedding.HashEmbedder.embed
 def slow(self, texts):
     time.sleep(0.4)

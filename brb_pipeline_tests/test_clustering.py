@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from brb_pipeline.core.clustering import (
+from brb_pipeline.core.insights.clustering import (
     centroids,
     cluster,
     merge_similar,
@@ -152,8 +152,8 @@ def test_stable_ids_table(prev, labels, expected):
 
 
 def test_settings_map_to_keyword_arguments(tmp_path):
-    from brb_pipeline.core.clustering import cluster_kwargs
-    from brb_pipeline.core.projection import projection_kwargs
+    from brb_pipeline.core.insights.clustering import cluster_kwargs
+    from brb_pipeline.core.insights.projection import projection_kwargs
     from brb_pipeline.settings import Settings
 
     s = Settings(home=tmp_path, umap_sample=500, merge_threshold=0.8, seed=3)

@@ -7,11 +7,12 @@ from datetime import datetime, timedelta, timezone
 import polars as pl
 import pytest
 
-from brb_pipeline.core.contacts import CONTACTS_SCHEMA, Conflict, resolve_contacts
+from brb_pipeline.core.contacts.resolve import CONTACTS_SCHEMA, Conflict, resolve_contacts
 from brb_pipeline.core.records import CHAT_SCHEMA, MESSAGE_SCHEMA, UNKNOWN_CONTACT_ID
 from brb_pipeline.demo.addressbook_writer import PersonRecord, write_addressbook
 from brb_pipeline.demo.whatsapp_writer import WAChatRecord, WAMessageRecord, write_whatsapp
-from brb_pipeline.sources.addressbook import Person, read_addressbook
+from brb_pipeline.core.records import Person
+from brb_pipeline.sources.addressbook import read_addressbook
 from brb_pipeline.sources.whatsapp import read_whatsapp
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)

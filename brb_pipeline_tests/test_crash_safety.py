@@ -28,8 +28,9 @@ from pathlib import Path
 
 import pytest
 
-from brb_pipeline.core import duck, faults
-from brb_pipeline.core.embedding import HashEmbedder
+from brb_pipeline.core import faults
+from brb_pipeline.core.store import duck
+from brb_pipeline.core.embedding.models import HashEmbedder
 from brb_pipeline.demo.chatdb_writer import _register_trigger_functions
 from brb_pipeline.demo.generate import build_demo_archive
 from brb_pipeline_tests.homes import copy_home
@@ -67,7 +68,7 @@ def _trim(src: Path, dst: Path, share: float = 0.25) -> None:
 
 def store_facts(home: Path) -> dict:
     """What the published store holds: rows and vectors (hashed), index presence, answers."""
-    from brb_pipeline.core.index import index_status
+    from brb_pipeline.core.store.index import index_status
     from brb_pipeline.pipeline.query import run_search
     from brb_pipeline.settings import Settings
 

@@ -86,7 +86,7 @@ def test_chat_with_no_date_at_all():
 
 
 def test_ingest_with_null_dates_runs_end_to_end(tmp_path):
-    from brb_pipeline.core import duck
+    from brb_pipeline.core.store import duck
     from brb_pipeline.demo.chatdb_writer import ChatDbBuilder
     from brb_pipeline_tests.test_cli import brb
 

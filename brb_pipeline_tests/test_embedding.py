@@ -14,8 +14,8 @@ from scipy.special import erf
 from safetensors.numpy import load_file, save_file
 from tokenizers import Tokenizer
 
-from brb_pipeline.core import blas
-from brb_pipeline.core.embedding import (
+from brb_pipeline.core.embedding import blas
+from brb_pipeline.core.embedding.models import (
     HashEmbedder,
     MLXEmbedder,
     ModelNotAvailableError,
@@ -102,7 +102,7 @@ def test_fast_blas_is_what_mlx_links_against():
 
 
 def test_fast_blas_warns_when_mlx_was_imported_first():
-    code = "import logging, mlx.core; logging.basicConfig(); from brb_pipeline.core.blas import ensure_fast_blas; ensure_fast_blas()"
+    code = "import logging, mlx.core; logging.basicConfig(); from brb_pipeline.core.embedding.blas import ensure_fast_blas; ensure_fast_blas()"
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          cwd=Path(__file__).resolve().parents[1])
     assert "imported before ensure_fast_blas" in res.stderr

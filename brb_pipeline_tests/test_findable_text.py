@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from brb_pipeline.core import duck, index, store
+from brb_pipeline.core.store import duck
+from brb_pipeline.core.store import index
+from brb_pipeline.core.store import chunks as store
 from brb_pipeline.core.chunking import ChunkParams, chunk_messages, findable_text
-from brb_pipeline.core.search import search
+from brb_pipeline.core.search.hybrid import search
 from brb_pipeline_tests.frames import message_frame
 from brb_pipeline_tests.test_store import make_vectors
 

@@ -101,7 +101,7 @@ def test_the_scan_finds_the_person_before_forget(world):
 def test_plain_deletes_leave_the_person_in_the_bytes(world, tmp_path):
     """What `forget` must do more than delete: a plain DELETE leaves the rows in the files, where
     only the raw-bytes scan sees them (this is the scan failing on purpose)."""
-    from brb_pipeline.core import duck
+    from brb_pipeline.core.store import duck
 
     for name in ("brb.db", "brb.db-wal", "brb.duckdb"):
         if (world["before"] / name).exists():

@@ -9,10 +9,12 @@ import numpy as np
 import polars as pl
 import pytest
 
-from brb_pipeline.core import duck, index, store
-from brb_pipeline.core.fusion import (Fusion, Span, fuse, is_specific, merge_lines, merge_overlapping, mmr_order,
+from brb_pipeline.core.store import duck
+from brb_pipeline.core.store import index
+from brb_pipeline.core.store import chunks as store
+from brb_pipeline.core.search.fusion import (Fusion, Span, fuse, is_specific, merge_lines, merge_overlapping, mmr_order,
                                       rrf_fuse, score_fuse, specific_terms)
-from brb_pipeline.core.search import search
+from brb_pipeline.core.search.hybrid import search
 from brb_pipeline_tests.test_store import DIM, T0, make_chunks, make_vectors
 
 # ----------------------------------------------------------------------------- fusion

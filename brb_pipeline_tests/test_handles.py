@@ -1,6 +1,6 @@
 import pytest
 
-from brb_pipeline.core.handles import normalize_handle
+from brb_pipeline.core.records.handles import normalize_handle
 
 
 @pytest.mark.parametrize(

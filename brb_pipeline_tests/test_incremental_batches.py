@@ -18,8 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from brb_pipeline.core import metadata
-from brb_pipeline.core.batching import assign_batches
-from brb_pipeline.core.embedding import HashEmbedder
+from brb_pipeline.core.contacts.batching import assign_batches
+from brb_pipeline.core.embedding.models import HashEmbedder
 from brb_pipeline.demo.generate import build_demo_archive
 from brb_pipeline.pipeline import embed, ingest, paths
 from brb_pipeline.pipeline.privacy import forget_contacts

@@ -5,9 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from brb_pipeline.core import duck, index, store
+from brb_pipeline.core.store import duck
+from brb_pipeline.core.store import index
+from brb_pipeline.core.store import chunks as store
 from brb_pipeline.core.errors import StoreError
-from brb_pipeline.core.search import lexical_sql, search, vector_sql
+from brb_pipeline.core.search.hybrid import lexical_sql, search, vector_sql
 from brb_pipeline_tests.test_store import DIM, make_chunks, make_vectors
 
 TEXTS = [

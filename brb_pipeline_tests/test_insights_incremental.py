@@ -20,9 +20,10 @@ import pytest
 from click.testing import CliRunner
 
 from brb_pipeline.cli import main
-from brb_pipeline.core import duck, store
-from brb_pipeline.core.clustering import vote_by_neighbours
-from brb_pipeline.core.projection import (
+from brb_pipeline.core.store import duck
+from brb_pipeline.core.store import chunks as store
+from brb_pipeline.core.insights.clustering import vote_by_neighbours
+from brb_pipeline.core.insights.projection import (
     embedding_fingerprints,
     nearest_neighbours,
     neighbour_mean,

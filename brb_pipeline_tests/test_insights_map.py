@@ -11,8 +11,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from brb_pipeline.core import insights_map
-from brb_pipeline.core.insights_map import (
+from brb_pipeline.core.insights import map as insights_map
+from brb_pipeline.core.insights.map import (
     MapFiles,
     cluster_centres,
     cluster_summary,
@@ -171,7 +171,7 @@ def test_cluster_centres_median():
 
 
 def test_3d_view_uses_its_own_layout_and_partial_summary_is_completed(tmp_path):
-    from brb_pipeline.core.insights_map import as_points, figure_3d, map_data
+    from brb_pipeline.core.insights.map import as_points, figure_3d, map_data
 
     pts = _points().with_columns((pl.col("x") + 1000).alias("x3"), (pl.col("y") - 1000)
                                  .alias("y3"), (pl.col("z") * 2).alias("z3"))
@@ -215,7 +215,7 @@ def _boxes(fig, texts):
 
 
 def test_png_labels_do_not_overlap_and_most_are_kept():
-    from brb_pipeline.core.insights_map import as_points, draw_png
+    from brb_pipeline.core.insights.map import as_points, draw_png
 
     df = as_points(_crowded())
     summ = cluster_summary(df)
@@ -234,7 +234,7 @@ def test_drop_overlapping_keeps_the_first_of_labels_on_one_spot():
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from brb_pipeline.core.insights_map import drop_overlapping
+    from brb_pipeline.core.insights.map import drop_overlapping
 
     fig = Figure(figsize=(4, 3), dpi=100)
     FigureCanvasAgg(fig)
@@ -250,7 +250,7 @@ def test_drop_overlapping_keeps_the_first_of_labels_on_one_spot():
 def test_png_title_counts_and_muted_noise(tmp_path):
     from matplotlib.image import imread
 
-    from brb_pipeline.core.insights_map import as_points, draw_png
+    from brb_pipeline.core.insights.map import as_points, draw_png
 
     df = as_points(_points())
     fig, _ = draw_png(df, cluster_summary(df), "My map")
@@ -278,7 +278,8 @@ def test_html_size_bound_at_demo_size(tmp_path):
 
 def _home_with_map_inputs(home, n: int = 40):
     """A real store (DuckDB from a real partition) and the insights parquet files run_map reads."""
-    from brb_pipeline.core import duck, store
+    from brb_pipeline.core.store import duck
+    from brb_pipeline.core.store import chunks as store
     from brb_pipeline.settings import Settings
     from brb_pipeline_tests.test_store import make_chunks, make_vectors
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from brb_pipeline.core.labeling import (
+from brb_pipeline.core.insights.labeling import (
     NOISE_LABEL,
     ClusterDocs,
     ClusterLabel,
@@ -213,7 +213,7 @@ def _tiny_model(root: Path, chat_template: str | None, answer: str | None = None
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
-    from brb_pipeline.core.blas import ensure_fast_blas
+    from brb_pipeline.core.embedding.blas import ensure_fast_blas
 
     ensure_fast_blas()
     import mlx.core as mx
@@ -371,7 +371,7 @@ def test_cache_file_damaged_is_empty_and_hash_is_order_free(tmp_path):
 
 
 def test_make_labeler_follows_settings(tmp_path):
-    from brb_pipeline.core.labeling import make_labeler
+    from brb_pipeline.core.insights.labeling import make_labeler
     from brb_pipeline.settings import Settings
 
     assert isinstance(make_labeler(Settings(home=tmp_path)), TfidfLabeler)
@@ -446,7 +446,7 @@ def _unit_vec(*xs: float) -> np.ndarray:
 @pytest.mark.parametrize("centroid_model", ["table@1", "other-model@2"],
                          ids=["stored-centroid", "model-mismatch-embeds-texts"])
 def test_embedding_labeler_picks_the_term_closest_to_the_centroid(centroid_model):
-    from brb_pipeline.core.labeling import EmbeddingLabeler
+    from brb_pipeline.core.insights.labeling import EmbeddingLabeler
 
     table = {  # cosine to the centroid direction (1, 0) in the comment
         "booked": [0.0, 1.0],  # 0.0: c-TF-IDF's first pick, not about the cluster
@@ -472,7 +472,7 @@ def test_embedding_labeler_picks_the_term_closest_to_the_centroid(centroid_model
 
 
 def test_embedding_labeler_mmr_spreads_the_label_over_subtopics():
-    from brb_pipeline.core.labeling import EmbeddingLabeler, mmr
+    from brb_pipeline.core.insights.labeling import EmbeddingLabeler, mmr
 
     table = {"airport": [1.0, 0.0], "airports": [0.999, 0.045], "hotel": [0.7, 0.714]}
     docs = ClusterDocs(0, [], centroid=_unit_vec(1.0, 0.2), centroid_model="table@1")
@@ -486,7 +486,7 @@ def test_embedding_labeler_mmr_spreads_the_label_over_subtopics():
 
 
 def test_filler_and_names_are_never_terms():
-    from brb_pipeline.core.labeling import EmbeddingLabeler, name_tokens
+    from brb_pipeline.core.insights.labeling import EmbeddingLabeler, name_tokens
 
     # c-TF-IDF: a contact's name mentioned in messages (not as the sender) is a term unless
     # the contact names are given; the filler words are dropped either way.
@@ -519,7 +519,7 @@ def test_filler_and_names_are_never_terms():
 
 
 def test_two_word_phrases_are_candidates():
-    from brb_pipeline.core.labeling import EmbeddingLabeler
+    from brb_pipeline.core.insights.labeling import EmbeddingLabeler
 
     docs = [ClusterDocs(0, ["Me (10:00): pizza and pasta night"] * 3, centroid=_unit_vec(1.0, 0.0),
                         centroid_model="table@1"),
@@ -535,7 +535,7 @@ def test_two_word_phrases_are_candidates():
 
 
 def test_corpus_mean_is_subtracted_from_the_centroid():
-    from brb_pipeline.core.labeling import EmbeddingLabeler
+    from brb_pipeline.core.insights.labeling import EmbeddingLabeler
 
     # "chatting" is close to every chat (the corpus mean); "lisbon" is what sets this one apart.
     table = {"chatting": [1.0, 0.0], "lisbon": [0.6, 0.8]}
@@ -549,7 +549,7 @@ def test_corpus_mean_is_subtracted_from_the_centroid():
 
 
 def test_cache_is_not_reused_across_labeler_kinds_or_versions(tmp_path):
-    from brb_pipeline.core.labeling import EmbeddingLabeler, labeler_kind
+    from brb_pipeline.core.insights.labeling import EmbeddingLabeler, labeler_kind
 
     docs = _docs()
     members = {d.cluster_id: [f"{d.cluster_id}-{j}" for j in range(len(d.texts))] for d in docs}
@@ -580,7 +580,7 @@ def test_cache_is_not_reused_across_labeler_kinds_or_versions(tmp_path):
 
 
 def test_refiner_is_asked_only_about_changed_clusters(tmp_path):
-    from brb_pipeline.core.labeling import EmbeddingLabeler
+    from brb_pipeline.core.insights.labeling import EmbeddingLabeler
 
     docs = _docs()
     members = {d.cluster_id: [f"{d.cluster_id}-{j}" for j in range(len(d.texts))] for d in docs}
@@ -599,7 +599,7 @@ def test_refiner_is_asked_only_about_changed_clusters(tmp_path):
 
 
 def test_make_labeler_chains_the_embedding_rerank(tmp_path):
-    from brb_pipeline.core.labeling import EmbeddingLabeler, make_labeler
+    from brb_pipeline.core.insights.labeling import EmbeddingLabeler, make_labeler
     from brb_pipeline.settings import Settings
 
     embedder = TableEmbedder({})

@@ -29,6 +29,51 @@ def test_sources_core_and_pipeline_never_import_dagster():
     assert offenders == []
 
 
+def _our_imports(path: Path) -> set[str]:
+    """Dotted ``brb_pipeline`` modules a file imports (``from brb_pipeline.core import x`` -> core.x)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names if a.name.startswith("brb_pipeline"))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("brb_pipeline"):
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+    return {n.removeprefix("brb_pipeline.") for n in names}
+
+
+def test_core_imports_no_outer_layer():
+    outer = ("sources", "pipeline", "assets", "settings", "runner", "cli", "definitions", "demo")
+    offenders = sorted(
+        f"{p.relative_to(PKG)} -> {name}"
+        for p in (PKG / "core").rglob("*.py")
+        for name in _our_imports(p)
+        if name.split(".")[0] in outer
+    )
+    assert offenders == []
+
+
+def test_sources_import_only_records_and_errors_of_core():
+    allowed = ("sources.", "core.errors", "core.records")
+    offenders = sorted(
+        f"{p.relative_to(PKG)} -> {name}"
+        for p in (PKG / "sources").rglob("*.py")
+        for name in _our_imports(p)
+        if not name.startswith(allowed)
+    )
+    assert offenders == []
+
+
+def test_core_is_grouped_by_stage():
+    """Each stage subpackage says in its docstring what it owns; no module sits loose beside them
+    except the pieces every stage shares."""
+    shared = {"__init__", "checks", "chunking", "errors", "faults", "metadata", "progress"}
+    loose = {p.stem for p in (PKG / "core").glob("*.py")} - shared
+    assert loose == set()
+    for pkg in ("contacts", "embedding", "store", "search", "insights", "records"):
+        doc = ast.get_docstring(ast.parse((PKG / "core" / pkg / "__init__.py").read_text()))
+        assert doc and len(doc) > 40, pkg
+
+
 def test_definitions_load_and_every_job_resolves():
     from brb_pipeline.definitions import defs
 

@@ -13,10 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from brb_pipeline.core import metadata
-from brb_pipeline.core.batching import batch_fingerprints
-from brb_pipeline.core.contacts import resolve_contacts
+from brb_pipeline.core.contacts.batching import batch_fingerprints
+from brb_pipeline.core.contacts.resolve import resolve_contacts
 from brb_pipeline.core.errors import CancelledError
-from brb_pipeline.core.stats import contact_stats
+from brb_pipeline.core.contacts.stats import contact_stats
 from brb_pipeline.demo.whatsapp_writer import WAChatRecord, WAMessageRecord, write_whatsapp
 from brb_pipeline.pipeline import ingest, paths
 from brb_pipeline.pipeline.privacy import forget_contacts, forgotten_filter

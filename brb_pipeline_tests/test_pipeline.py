@@ -12,8 +12,9 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from brb_pipeline.core import duck, metadata
-from brb_pipeline.core.embedding import HashEmbedder
+from brb_pipeline.core import metadata
+from brb_pipeline.core.store import duck
+from brb_pipeline.core.embedding.models import HashEmbedder
 from brb_pipeline.core.records import UNKNOWN_CONTACT_ID
 from brb_pipeline.demo.chatdb_writer import _register_trigger_functions, apple_time
 from brb_pipeline.demo.generate import build_demo_archive
@@ -81,7 +82,7 @@ def test_first_ingest_fills_every_store(ingested):
     assert emb.chunk_texts(s) == result["chunks"]  # every chunk embedded exactly once
     con = duck.connect(s.duckdb_path, read_only=True)
     try:
-        from brb_pipeline.core.index import index_status
+        from brb_pipeline.core.store.index import index_status
 
         st = index_status(con)
         assert st["ready"] and st["hnsw"]["rows"] == st["fts"]["rows"] == result["chunks"]
@@ -210,7 +211,7 @@ def test_incremental_new_messages_reembed_only_their_batch(tmp_path):
 
 
 def test_forget_removes_contact_everywhere_and_stays_forgotten(tmp_path):
-    from brb_pipeline.core.searchlog import read_log
+    from brb_pipeline.core.search.log import read_log
     from brb_pipeline.pipeline.privacy import forget_contacts
 
     archive = build_demo_archive(tmp_path / "archive", messages=800, seed=9)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from brb_pipeline.core.projection import project
+from brb_pipeline.core.insights.projection import project
 
 
 def _sphere(n: int, dim: int = 64, k: int = 4, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -88,7 +88,7 @@ def test_bad_input_is_a_clear_error():
 
 def test_end_to_end_ids_survive_a_small_data_change():
     """project -> cluster -> stable ids, then drop 5% of chunks, add a few, and redo it all."""
-    from brb_pipeline.core.clustering import cluster, stable_cluster_ids
+    from brb_pipeline.core.insights.clustering import cluster, stable_cluster_ids
 
     x, _ = _sphere(200, k=4, seed=5)
     ids = [f"c{i}" for i in range(200)]

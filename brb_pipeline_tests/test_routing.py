@@ -2,7 +2,7 @@
 
 import pytest
 
-from brb_pipeline.core.routing import ContactRef, fold, route_query
+from brb_pipeline.core.contacts.routing import ContactRef, fold, route_query
 
 CONTACTS = [
     ContactRef("c-ayse", "Ayşe Yılmaz", ("+905321234567", "ayse@example.com")),

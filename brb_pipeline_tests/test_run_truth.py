@@ -27,7 +27,7 @@ ENV.pop("BRB_FAULT", None)
 PATCHED = """
 import sys
 import numpy as np
-from brb_pipeline.core import embedding
+from brb_pipeline.core.embedding import models as embedding
 orig = embedding.HashEmbedder.embed
 def patched(self, texts):
 {body}
@@ -39,7 +39,7 @@ main()
 NAN = PATCHED.format(body="    v = orig(self, texts)\n    v[0, :] = np.nan\n    return v")
 SLOW_INDEX = """
 import sys, time
-from brb_pipeline.core import index
+from brb_pipeline.core.store import index
 orig = index.build_fts
 def slow(con):
     time.sleep(600)  # a step that never reaches a cancellation point

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import polars as pl
 
-from brb_pipeline.core.stats import STATS_SCHEMA, contact_stats
+from brb_pipeline.core.contacts.stats import STATS_SCHEMA, contact_stats
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 

@@ -14,7 +14,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from brb_pipeline.core import duck, index, store
+from brb_pipeline.core.store import duck
+from brb_pipeline.core.store import index
+from brb_pipeline.core.store import chunks as store
 from brb_pipeline.core.errors import StoreError
 
 DIM = 16
@@ -242,7 +244,8 @@ def test_load_commits_durably_and_restores_the_checkpoint_threshold(tmp_path):
     loader = textwrap.dedent(
         f"""
         import os, pathlib
-        from brb_pipeline.core import duck, store
+        from brb_pipeline.core.store import duck
+        from brb_pipeline.core.store import chunks as store
         con = duck.connect(pathlib.Path({str(path)!r}))
         con.execute("SET checkpoint_threshold = '1GiB'")
         store.load_partitions(con, {{"batch-001": pathlib.Path({str(part)!r})}})
@@ -276,7 +279,7 @@ def test_locked_store_gives_one_line_error(tmp_path):
     holder = textwrap.dedent(
         f"""
         import sys, time
-        from brb_pipeline.core import duck
+        from brb_pipeline.core.store import duck
         con = duck.connect(__import__("pathlib").Path({str(path)!r}))
         print("ready", flush=True)
         time.sleep(30)

@@ -9,9 +9,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from brb_pipeline.core import duck, metadata, store
+from brb_pipeline.core import metadata
+from brb_pipeline.core.store import duck
+from brb_pipeline.core.store import chunks as store
 from brb_pipeline.core.errors import StoreError
-from brb_pipeline.core.store import LoadMemoryError
+from brb_pipeline.core.store.chunks import LoadMemoryError
 from brb_pipeline.pipeline.store import run_load
 from brb_pipeline.settings import Settings
 from brb_pipeline_tests.test_store import write

@@ -15,7 +15,7 @@ import pytest
 
 from brb_pipeline.assets.jobs import contact_backfill_job
 from brb_pipeline.core import metadata
-from brb_pipeline.core.embedding import HashEmbedder
+from brb_pipeline.core.embedding.models import HashEmbedder
 from brb_pipeline.core.errors import BrbError
 from brb_pipeline.definitions import changed_batches_sensor, defs, finalize_sensor, resources
 from brb_pipeline.demo.generate import build_demo_archive

@@ -9,7 +9,8 @@ import dagster as dg
 from brb_pipeline.assets.ingest import parsed_messages
 from brb_pipeline.assets.insights import clusters
 from brb_pipeline.assets.store import chunk_store, text_index, vector_index
-from brb_pipeline.core import checks, duck, metadata
+from brb_pipeline.core import checks, metadata
+from brb_pipeline.core.store import duck
 from brb_pipeline.pipeline import paths
 
 

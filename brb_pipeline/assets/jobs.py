@@ -38,7 +38,7 @@ def backfill_contact(s: Settings, contact: str, *, progress: Progress | None = N
     Raises:
         BrbError: nothing ingested yet, or no (or more than one) contact matches ``contact``.
     """
-    from brb_pipeline.core.contacts_lookup import find_contacts
+    from brb_pipeline.core.contacts.lookup import find_contacts
     from brb_pipeline.runner import run_ingest
 
     if not s.brb_db.exists():

@@ -36,7 +36,7 @@ class Runtime:
     def embedder(self, s: Settings) -> Any:
         key = (s.embedding_model, s.embedding_backend, s.max_tokens, s.token_budget)
         if self._embedder is None or (self._embedder_key not in (key, ("given",))):
-            from brb_pipeline.core.embedding import load_embedder
+            from brb_pipeline.core.embedding.models import load_embedder
 
             self._embedder = load_embedder(s)
             self._embedder_key = key

@@ -11,8 +11,8 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from brb_pipeline.core.duck import table_exists
-from brb_pipeline.core.index import index_status
+from brb_pipeline.core.store.duck import table_exists
+from brb_pipeline.core.store.index import index_status
 
 Result = tuple[bool, dict[str, Any]]
 

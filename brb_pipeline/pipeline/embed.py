@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from brb_pipeline.core import faults, metadata
 from brb_pipeline.core.chunking import CHUNK_FORMAT, CHUNK_SCHEMA, ChunkParams, chunk_messages, time_zone_key
 from brb_pipeline.core.errors import StoreError
-from brb_pipeline.core.store import partition_path, write_partition
+from brb_pipeline.core.store.chunks import partition_path, write_partition
 from brb_pipeline.pipeline import paths
 from brb_pipeline.settings import Settings
 
@@ -64,7 +64,7 @@ def configured_model_id(s: Settings) -> str:
 
 @functools.lru_cache(maxsize=8)
 def _model_id(name: str, backend: str, max_tokens: int, token_budget: int) -> str:
-    from brb_pipeline.core.embedding import load_embedder
+    from brb_pipeline.core.embedding.models import load_embedder
 
     return load_embedder(SimpleNamespace(embedding_model=name, embedding_backend=backend, max_tokens=max_tokens,
                                          token_budget=token_budget)).model_id

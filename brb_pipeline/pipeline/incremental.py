@@ -10,7 +10,7 @@ import hashlib
 from typing import Any
 
 from brb_pipeline.core import metadata
-from brb_pipeline.core.store import partition_path
+from brb_pipeline.core.store.chunks import partition_path
 from brb_pipeline.pipeline.embed import embed_keys
 from brb_pipeline.settings import Settings
 

@@ -15,12 +15,12 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from brb_pipeline.core import metadata
-from brb_pipeline.core.batching import assign_batches, batch_fingerprints
-from brb_pipeline.core.contacts import resolve_contacts
+from brb_pipeline.core.contacts.batching import assign_batches, batch_fingerprints
+from brb_pipeline.core.contacts.resolve import resolve_contacts
 from brb_pipeline.core.errors import SourceError, SourceMissingError
 from brb_pipeline.core.progress import Progress
 from brb_pipeline.core.records import CHAT_SCHEMA, MESSAGE_SCHEMA, UNKNOWN_CONTACT_ID
-from brb_pipeline.core.stats import contact_stats
+from brb_pipeline.core.contacts.stats import contact_stats
 from brb_pipeline.pipeline import paths
 from brb_pipeline.pipeline.privacy import forgotten_rules
 from brb_pipeline.pipeline.scrub import scrub_snapshot

@@ -28,11 +28,12 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from brb_pipeline.core import duck, faults, metadata
-from brb_pipeline.core.clustering import cluster, stable_cluster_ids, vote_by_neighbours
+from brb_pipeline.core import faults, metadata
+from brb_pipeline.core.store import duck
+from brb_pipeline.core.insights.clustering import cluster, stable_cluster_ids, vote_by_neighbours
 from brb_pipeline.core.errors import StoreError
-from brb_pipeline.core.insights_map import cluster_summary, summary_markdown, write_map
-from brb_pipeline.core.labeling import (
+from brb_pipeline.core.insights.map import cluster_summary, summary_markdown, write_map
+from brb_pipeline.core.insights.labeling import (
     ClusterDocs,
     ClusterLabel,
     LabelCache,
@@ -40,7 +41,7 @@ from brb_pipeline.core.labeling import (
     labeler_kind,
     representatives,
 )
-from brb_pipeline.core.projection import embedding_fingerprints, nearest_neighbours, neighbour_mean, project
+from brb_pipeline.core.insights.projection import embedding_fingerprints, nearest_neighbours, neighbour_mean, project
 from brb_pipeline.pipeline.store import GENERATION
 from brb_pipeline.settings import Settings
 
@@ -394,7 +395,7 @@ def make_labeler(s: Settings, embedder: Any | None = None) -> Any:
     names from brb.db are never used in labels. Without a loadable embedding model the labels are
     plain c-TF-IDF (logged)."""
     from brb_pipeline.core.errors import BrbError
-    from brb_pipeline.core.labeling import make_labeler as chain
+    from brb_pipeline.core.insights.labeling import make_labeler as chain
 
     names: list[str] = []
     if s.brb_db.exists():
@@ -404,7 +405,7 @@ def make_labeler(s: Settings, embedder: Any | None = None) -> Any:
         names = [n for n in contacts["display_name"].to_list() if n]
     if embedder is None:
         try:
-            from brb_pipeline.core.embedding import load_embedder
+            from brb_pipeline.core.embedding.models import load_embedder
 
             embedder = load_embedder(s)
         except BrbError as e:

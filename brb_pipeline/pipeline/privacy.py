@@ -26,9 +26,9 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from brb_pipeline.core import metadata
-from brb_pipeline.core.compact import compact_without
+from brb_pipeline.core.store.compact import compact_without
 from brb_pipeline.core.errors import BrbError
-from brb_pipeline.core.store import partition_path
+from brb_pipeline.core.store.chunks import partition_path
 from brb_pipeline.pipeline import paths
 from brb_pipeline.pipeline.embed import drop_retired
 from brb_pipeline.settings import Settings

@@ -21,13 +21,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from brb_pipeline.core import duck, metadata
-from brb_pipeline.core.contacts_lookup import find_contacts
+from brb_pipeline.core import metadata
+from brb_pipeline.core.store import duck
+from brb_pipeline.core.contacts.lookup import find_contacts
 from brb_pipeline.core.errors import StoreError
-from brb_pipeline.core.fusion import Fusion
-from brb_pipeline.core.routing import ContactRef, route_query
-from brb_pipeline.core.search import neighbours, search
-from brb_pipeline.core.searchlog import log_search
+from brb_pipeline.core.search.fusion import Fusion
+from brb_pipeline.core.contacts.routing import ContactRef, route_query
+from brb_pipeline.core.search.hybrid import neighbours, search
+from brb_pipeline.core.search.log import log_search
 from brb_pipeline.settings import Settings
 
 
@@ -97,7 +98,7 @@ class Searcher:
         if mode == "lexical":
             return cls(s, embedder=None)
         if load is None:
-            from brb_pipeline.core.embedding import load_embedder as load
+            from brb_pipeline.core.embedding.models import load_embedder as load
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="brb-store") as pool:
             store = pool.submit(_Store.open, s)
             try:

@@ -15,7 +15,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from brb_pipeline.core.handles import normalize_handle
+from brb_pipeline.core.records.handles import normalize_handle
 from brb_pipeline.pipeline.privacy import ForgottenRules, forgotten_rules, migrate_legacy
 from brb_pipeline.settings import Settings
 from brb_pipeline.sources.imessage import parent_guid

@@ -21,10 +21,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from brb_pipeline.core import duck, faults, metadata
+from brb_pipeline.core import faults, metadata
+from brb_pipeline.core.store import duck
 from brb_pipeline.core.errors import StoreError
-from brb_pipeline.core.index import build_fts, build_hnsw, index_status
-from brb_pipeline.core.store import LoadMemoryError, load_partitions, partition_path, store_stats
+from brb_pipeline.core.store.index import build_fts, build_hnsw, index_status
+from brb_pipeline.core.store.chunks import LoadMemoryError, load_partitions, partition_path, store_stats
 from brb_pipeline.pipeline import paths
 from brb_pipeline.pipeline.embed import drop_retired
 from brb_pipeline.settings import Settings

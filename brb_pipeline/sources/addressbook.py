@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from brb_pipeline.core.errors import SourceError, SourceMissingError, UnknownSchemaError
+from brb_pipeline.core.records import Person
 from brb_pipeline.sources.sqlite_ro import open_readonly, translate_sqlite_error
 
 log = logging.getLogger(__name__)
@@ -30,26 +31,6 @@ REQUIRED = {
     "ZABCDPHONENUMBER": {"ZOWNER", "ZFULLNUMBER"},
     "ZABCDEMAILADDRESS": {"ZOWNER", "ZADDRESS"},
 }
-
-
-@dataclass
-class Person:
-    """One AddressBook card with a usable name.
-
-    Attributes:
-        source: file path relative to the AddressBook root (``"AddressBook-v22.abcddb"`` or
-            ``"Sources/<UUID>/AddressBook-v22.abcddb"``).
-        record_pk: ``ZABCDRECORD.Z_PK`` within that file.
-        display_name: "First Last", else the nickname, else the organization.
-        phones: numbers exactly as typed, in the card's order.
-        emails: addresses as typed, in the card's order.
-    """
-
-    source: str
-    record_pk: int
-    display_name: str
-    phones: list[str] = field(default_factory=list)
-    emails: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -49,7 +49,7 @@ from typing import Any
 import polars as pl
 
 from brb_pipeline.core.errors import CancelledError
-from brb_pipeline.core.handles import normalize_handle
+from brb_pipeline.core.records.handles import normalize_handle
 from brb_pipeline.core.records import (
     CHAT_SCHEMA,
     MESSAGE_SCHEMA,

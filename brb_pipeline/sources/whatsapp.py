@@ -31,7 +31,7 @@ from typing import Any
 import polars as pl
 
 from brb_pipeline.core.errors import CancelledError
-from brb_pipeline.core.handles import normalize_handle
+from brb_pipeline.core.records.handles import normalize_handle
 from brb_pipeline.core.records import CHAT_SCHEMA, MESSAGE_SCHEMA, ORPHAN_CHAT_ID, REACTION, ReadResult, read_all
 from brb_pipeline.sources.sqlite_ro import BlockReader, open_readonly, stat_warnings, translate_sqlite_error
 

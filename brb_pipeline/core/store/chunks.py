@@ -23,8 +23,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from brb_pipeline.core import faults
-from brb_pipeline.core import index as index_mod
-from brb_pipeline.core.duck import META_DDL, get_meta, set_meta, table_exists
+from brb_pipeline.core.store import index as index_mod
+from brb_pipeline.core.store.duck import META_DDL, get_meta, set_meta, table_exists
 from brb_pipeline.core.errors import StoreError
 
 log = logging.getLogger(__name__)
@@ -227,7 +227,7 @@ def load_partitions(
     Rows of ``remove_batches`` are deleted too (batches that no longer exist). A contact whose
     chunks arrive in a partition loses its rows in any other batch (contacts can move between
     batches when message counts change), so no chunk is ever stored twice. Indexes are dropped in
-    the same transaction (rebuild them with :mod:`brb_pipeline.core.index` afterwards); on any
+    the same transaction (rebuild them with :mod:`brb_pipeline.core.store.index` afterwards); on any
     error the transaction rolls back and the store, indexes included, is unchanged.
 
     Args:

@@ -97,3 +97,23 @@ def empty_messages() -> pl.DataFrame:
 
 def empty_chats() -> pl.DataFrame:
     return pl.DataFrame(schema=CHAT_SCHEMA)
+
+
+@dataclass
+class Person:
+    """One AddressBook card with a usable name.
+
+    Attributes:
+        source: file path relative to the AddressBook root (``"AddressBook-v22.abcddb"`` or
+            ``"Sources/<UUID>/AddressBook-v22.abcddb"``).
+        record_pk: ``ZABCDRECORD.Z_PK`` within that file.
+        display_name: "First Last", else the nickname, else the organization.
+        phones: numbers exactly as typed, in the card's order.
+        emails: addresses as typed, in the card's order.
+    """
+
+    source: str
+    record_pk: int
+    display_name: str
+    phones: list[str] = field(default_factory=list)
+    emails: list[str] = field(default_factory=list)

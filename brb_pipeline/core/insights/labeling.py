@@ -499,7 +499,7 @@ class EmbeddingLabeler:
 
     Args:
         embedder: anything with ``embed(texts) -> (n, dim)`` L2-normalized float32 rows and a
-            ``model_id`` (the :class:`~brb_pipeline.core.embedding.Embedder` protocol).
+            ``model_id`` (the :class:`~brb_pipeline.core.embedding.models.Embedder` protocol).
         fallback: the candidate source; default a :class:`TfidfLabeler` with ``candidates``
             terms and ``names``.
         candidates: c-TF-IDF terms considered per cluster.
@@ -796,7 +796,7 @@ class MLXLMLabeler:
                 f"no local labeler model at {self.model_path} (need config.json + *.safetensors "
                 "+ tokenizer files); unset labeler_model_path to use offline labels")
         try:
-            from brb_pipeline.core.blas import ensure_fast_blas
+            from brb_pipeline.core.embedding.blas import ensure_fast_blas
 
             ensure_fast_blas()  # before the first mlx import, or MLX keeps its slow BLAS
         except ImportError:

@@ -1,7 +1,7 @@
 """A BERT encoder forward written for MLX's CPU backend (Linux), for sentence embeddings.
 
 Same math as ``mlx_embeddings.models.bert`` + mean pooling + L2 norm, arranged around what MLX's
-Linux CPU backend does well (GEMMs, through OpenBLAS: see :mod:`brb_pipeline.core.blas`) and
+Linux CPU backend does well (GEMMs, through OpenBLAS: see :mod:`brb_pipeline.core.embedding.blas`) and
 what it does badly. Measured per op on the 2-core dev machine (CPU time, one layer, 4,104
 tokens): the four GEMMs ~160 ms at ~90 GFLOP/s; MLX's exact-erf GELU ~13 ns/element
 (~80 ms even ``mx.compile``-d: its exp/erf/fma are scalar calls in the JIT-compiled loop);
@@ -11,7 +11,7 @@ What this forward does about it:
 
 - **Two MLX CPU streams**: each batch is split into two row groups evaluated on separate
   streams, which MLX runs on separate threads, so the non-GEMM work uses both cores. OpenBLAS is
-  set to one thread meanwhile (the caller, :class:`~brb_pipeline.core.embedding.MLXEmbedder`,
+  set to one thread meanwhile (the caller, :class:`~brb_pipeline.core.embedding.models.MLXEmbedder`,
   does it) so the two streams' GEMMs do not oversubscribe the cores.
 - **One fused QKV GEMM** per layer with ``1/sqrt(head_dim)`` folded into the query weights;
   contiguous Q, K^T, V so MLX's batched matmuls take their fast path.
@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from brb_pipeline.core.blas import ensure_fast_blas, set_blas_threads
+from brb_pipeline.core.embedding.blas import ensure_fast_blas, set_blas_threads
 
 ensure_fast_blas()
 

@@ -41,7 +41,7 @@ from datetime import datetime, timezone
 
 import duckdb
 
-from brb_pipeline.core.duck import get_meta, set_meta, table_exists
+from brb_pipeline.core.store.duck import get_meta, set_meta, table_exists
 from brb_pipeline.core.errors import StoreError
 
 log = logging.getLogger(__name__)
@@ -133,7 +133,7 @@ def _phone_tokens(raw: str, region: str) -> tuple[str, ...]:
     national number with and without the trunk prefix."""
     digits = _NON_DIGIT_RE.sub("", raw)
     out = [digits]
-    from brb_pipeline.core.handles import normalize_handle  # phonenumbers only when a number is seen
+    from brb_pipeline.core.records.handles import normalize_handle  # phonenumbers only when a number is seen
 
     e164 = normalize_handle(raw, region)
     if e164 and e164.startswith("+"):

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from brb_pipeline.core.handles import is_email, normalize_handle
+from brb_pipeline.core.records.handles import is_email, normalize_handle
 from brb_pipeline.core.records import UNKNOWN_CONTACT_ID
-from brb_pipeline.sources.addressbook import Person
+from brb_pipeline.core.records import Person
 
 log = logging.getLogger(__name__)
 

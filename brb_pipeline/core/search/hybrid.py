@@ -29,10 +29,10 @@ import duckdb
 import numpy as np
 
 from brb_pipeline.core.errors import StoreError
-from brb_pipeline.core.fusion import (Fusion, Span, fuse, is_specific, merge_lines, merge_overlapping, mmr_order,
+from brb_pipeline.core.search.fusion import (Fusion, Span, fuse, is_specific, merge_lines, merge_overlapping, mmr_order,
                                       specific_terms)
-from brb_pipeline.core.fusion import rrf_fuse as rrf_fuse  # noqa: F401 - re-exported for callers of search
-from brb_pipeline.core.index import FTS_PARAMS, FTS_SCHEMA, HNSW_INDEX, REBUILD_HINT, fts_query_text
+from brb_pipeline.core.search.fusion import rrf_fuse as rrf_fuse  # noqa: F401 - re-exported for callers of search
+from brb_pipeline.core.store.index import FTS_PARAMS, FTS_SCHEMA, HNSW_INDEX, REBUILD_HINT, fts_query_text
 
 log = logging.getLogger(__name__)
 

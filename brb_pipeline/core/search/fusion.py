@@ -1,6 +1,6 @@
 """What hybrid search does with its two candidate lists: fuse, merge overlapping windows, diversify.
 
-Pure functions over ranked ids and small row tuples; no database. :mod:`brb_pipeline.core.search`
+Pure functions over ranked ids and small row tuples; no database. :mod:`brb_pipeline.core.search.hybrid`
 runs the queries and calls these in order: :func:`fuse` -> :func:`merge_overlapping` ->
 (optionally) :func:`mmr_order` -> top-k.
 

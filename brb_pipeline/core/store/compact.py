@@ -14,10 +14,10 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
-from brb_pipeline.core import duck
-from brb_pipeline.core import index as index_mod
-from brb_pipeline.core.duck import META_DDL, get_meta, table_exists
-from brb_pipeline.core.store import _stored_facts, _table_ddl  # the store's own DDL and facts: one owner
+from brb_pipeline.core.store import duck
+from brb_pipeline.core.store import index as index_mod
+from brb_pipeline.core.store.duck import META_DDL, get_meta, table_exists
+from brb_pipeline.core.store.chunks import _stored_facts, _table_ddl  # the store's own DDL and facts: one owner
 
 log = logging.getLogger(__name__)
 

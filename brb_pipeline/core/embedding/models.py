@@ -3,7 +3,7 @@
 ``Embedder`` is the interface the pipeline uses; two implementations:
 
 - :class:`MLXEmbedder`: a real model on MLX. Default ``backend="fast"`` runs BERT-family models
-  through :mod:`brb_pipeline.core.fast_bert` (two CPU streams, numpy SIMD softmax/GELU);
+  through :mod:`brb_pipeline.core.embedding.fast_bert` (two CPU streams, numpy SIMD softmax/GELU);
   ``backend="reference"`` runs the stock ``mlx-embeddings`` model (any architecture it loads,
   e.g. nomic ModernBERT 8-bit on a Mac) and is also the fallback for models the fast path does
   not cover.
@@ -16,12 +16,12 @@ front of each chunk's ``embedding_text`` itself (``ChunkParams.document_prefix``
 ``search_document: `` / ``search_query: ``.
 
 The optimized BLAS must be loaded before anything imports ``mlx.core``, so this module calls
-:func:`brb_pipeline.core.blas.ensure_fast_blas` first thing.
+:func:`brb_pipeline.core.embedding.blas.ensure_fast_blas` first thing.
 """
 
 from __future__ import annotations
 
-from brb_pipeline.core.blas import ensure_fast_blas, blas_threads, set_blas_threads
+from brb_pipeline.core.embedding.blas import ensure_fast_blas, blas_threads, set_blas_threads
 
 ensure_fast_blas()
 
@@ -301,7 +301,7 @@ class MLXEmbedder:
         self._tokenizer = self._load_tokenizer()
         self._lock = threading.Lock()
 
-        from brb_pipeline.core import fast_bert
+        from brb_pipeline.core.embedding import fast_bert
 
         self.backend = backend
         if backend == "fast" and not fast_bert.supports(self.model_dir):

@@ -1,0 +1,3 @@
+"""Sentence embeddings with MLX: the embedder spec and cache, the CPU fast path
+(OpenBLAS GEMMs in two streams), and the BLAS wiring it needs on Linux.
+"""
