@@ -10,5 +10,15 @@ demo: setup
 test: setup
 	.venv/bin/python -m pytest -n 2 -q
 
+# The self-contained benchmarks at their default sizes (each prints a table and writes JSON under
+# benchmarks/results/). The ones that read an ingested home (bench_retrieval, bench_oneshot,
+# bench_labels, bench_parent_child) and the hour-long bench_e2e are in the README's Benchmarks.
 bench: setup
-	.venv/bin/python benchmarks/run_all.py
+	bash benchmarks/setup_bench.sh
+	.venv/bin/python benchmarks/bench_typedstream.py
+	.venv/bin/python benchmarks/bench_sources.py
+	.venv/bin/python benchmarks/bench_contacts.py
+	.venv/bin/python benchmarks/bench_writes.py
+	.venv/bin/python benchmarks/bench_search.py
+	.venv/bin/python benchmarks/bench_embedding.py
+	.venv/bin/python benchmarks/bench_insights.py
