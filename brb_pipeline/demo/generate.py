@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from brb_pipeline.demo import names as N
-from brb_pipeline.demo.chatdb_writer import STYLE_DIRECT, STYLE_GROUP, ChatDbBuilder
+from brb_pipeline.demo.chatdb_schema import STYLE_DIRECT, STYLE_GROUP
+from brb_pipeline.demo.chatdb_writer import ChatDbBuilder
 from brb_pipeline.demo.contact_stores import write_demo_addressbook, write_demo_whatsapp
 from brb_pipeline.demo.people import Cast, Contact, random_guid
 
