@@ -9,7 +9,8 @@ import polars as pl
 import pytest
 
 from brb_pipeline.core.records.handles import normalize_handle
-from brb_pipeline.demo.generate import MULTILINGUAL, build_demo_archive, demo_corpus_path
+from brb_pipeline.demo.generate import MULTILINGUAL, build_demo_archive
+from brb_pipeline.demo.people import demo_corpus_path
 from brb_pipeline.sources.addressbook import read_addressbook
 from brb_pipeline.sources.imessage import read_imessage
 from brb_pipeline.sources.whatsapp import read_whatsapp

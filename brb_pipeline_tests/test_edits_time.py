@@ -13,7 +13,8 @@ import pytest
 from brb_pipeline.core.chunking import ChunkParams, chunk_messages, resolve_time_zone
 from brb_pipeline.core.errors import SettingsError
 from brb_pipeline.demo.chatdb_writer import apple_time
-from brb_pipeline.sources.imessage import edit_history, read_imessage
+from brb_pipeline.sources.imessage import read_imessage
+from brb_pipeline.sources.imessage_rows import edit_history
 from brb_pipeline_tests.conftest import T0
 from brb_pipeline_tests.frames import message_frame
 

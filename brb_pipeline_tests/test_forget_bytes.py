@@ -172,7 +172,7 @@ def _legacy_home(tmp_path, monkeypatch, handle: str):
     import hashlib
 
     from brb_pipeline.core import metadata
-    from brb_pipeline.pipeline.privacy import FORGOTTEN_DDL
+    from brb_pipeline.pipeline.forgotten import FORGOTTEN_DDL
     from brb_pipeline.settings import Settings
 
     monkeypatch.setenv("BRB_KEY_DIR", str(tmp_path / "keys"))
@@ -187,7 +187,7 @@ def _legacy_home(tmp_path, monkeypatch, handle: str):
 
 
 def test_a_salted_home_is_rekeyed_when_the_handle_is_seen_again(tmp_path, monkeypatch):
-    from brb_pipeline.pipeline.privacy import forgotten_rules, migrate_legacy
+    from brb_pipeline.pipeline.forgotten import forgotten_rules, migrate_legacy
 
     s = _legacy_home(tmp_path, monkeypatch, "+16175550000")
     rules = forgotten_rules(s)
@@ -203,7 +203,7 @@ def test_a_salted_home_is_rekeyed_when_the_handle_is_seen_again(tmp_path, monkey
 
 def test_a_lost_key_is_an_error_not_a_silent_resurrection(tmp_path, monkeypatch):
     from brb_pipeline.core.errors import BrbError
-    from brb_pipeline.pipeline.privacy import forgotten_rules, key_file, migrate_legacy
+    from brb_pipeline.pipeline.forgotten import forgotten_rules, key_file, migrate_legacy
 
     s = _legacy_home(tmp_path, monkeypatch, "+16175550000")
     migrate_legacy(s, forgotten_rules(s), {"+16175550000"}, set())

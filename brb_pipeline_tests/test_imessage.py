@@ -17,7 +17,8 @@ from brb_pipeline.core.errors import (
     UnknownSchemaError,
 )
 from brb_pipeline.core.records import CHAT_SCHEMA, MESSAGE_SCHEMA
-from brb_pipeline.sources.imessage import parent_guid, read_imessage
+from brb_pipeline.sources.imessage import read_imessage
+from brb_pipeline.sources.imessage_rows import parent_guid
 from brb_pipeline_tests.conftest import T0
 
 PHONE = "(555) 010-2233"

@@ -19,7 +19,8 @@ from brb_pipeline.core.errors import CancelledError
 from brb_pipeline.core.contacts.stats import contact_stats
 from brb_pipeline.demo.whatsapp_writer import WAChatRecord, WAMessageRecord, write_whatsapp
 from brb_pipeline.pipeline import ingest, paths
-from brb_pipeline.pipeline.privacy import forget_contacts, forgotten_filter
+from brb_pipeline.pipeline.forgotten import forgotten_filter
+from brb_pipeline.pipeline.privacy import forget_contacts
 from brb_pipeline.settings import Settings
 from brb_pipeline.sources.addressbook import read_addressbook
 from brb_pipeline.sources.imessage import IMessageStream, read_imessage

@@ -13,6 +13,7 @@ import typedstream as pytypedstream
 from typedstream.stream import ObjectReference, SingleClass, TypedStreamReader
 
 from brb_pipeline.sources import typedstream as ts
+from brb_pipeline.sources import typedstream_reader as tsr
 from brb_pipeline.sources.typedstream import decode_attributed_body, encode_attributed_body
 
 # "Hello" as Messages stores it, spelled out from the format facts (not produced by the encoder).
@@ -218,9 +219,9 @@ def test_random_garbage_never_raises():
         if kind == 0:  # raw random bytes
             blob = rng.randbytes(rng.randrange(0, 200))
         elif kind == 1:  # valid header, random body
-            blob = ts._HEADER + rng.randbytes(rng.randrange(0, 200))
+            blob = tsr.HEADER + rng.randbytes(rng.randrange(0, 200))
         elif kind == 2:  # valid header, a soup of tags, refs and type characters
-            blob = ts._HEADER + bytes(rng.choice(tokens) for _ in range(rng.randrange(0, 300)))
+            blob = tsr.HEADER + bytes(rng.choice(tokens) for _ in range(rng.randrange(0, 300)))
         else:  # a real blob with a few random bytes flipped
             b = bytearray(sample)
             for _ in range(rng.randrange(1, 4)):
@@ -256,11 +257,11 @@ def test_invalid_utf8_is_replaced_not_raised():
 def test_unusual_but_valid_layouts_use_general_parser():
     # Big-endian signature: same bytes for one-byte integers, system version 1000 as BE int16.
     le = encode_attributed_body("big endian")
-    be = b"\x04\x0btypedstream\x81\x03\xe8" + le[len(ts._HEADER) :]
+    be = b"\x04\x0btypedstream\x81\x03\xe8" + le[len(tsr.HEADER) :]
     assert _oracle(be)[0] == "big endian"
     assert decode_attributed_body(be) == "big endian"
     # Root is a bare NSString (not attributed).
-    bare = ts._HEADER + b"\x84\x01@\x84\x84\x84\x08NSString\x01\x84\x84\x08NSObject\x00\x85\x84\x01+\x03abc\x86"
+    bare = tsr.HEADER + b"\x84\x01@\x84\x84\x84\x08NSString\x01\x84\x84\x08NSObject\x00\x85\x84\x01+\x03abc\x86"
     assert pytypedstream.unarchive_from_data(bare).value == "abc"
     assert decode_attributed_body(bare) == "abc"
 
@@ -288,7 +289,7 @@ def test_back_references_with_two_top_level_strings():
         "first",
         "second",
     ]
-    ps = ts._Parser(blob)
+    ps = tsr.Parser(blob)
     ps.header()
     first: list = []
     second: list = []
@@ -321,13 +322,13 @@ def test_structurally_wrong_input_gives_none():
     cases = [
         (b"\x03" + hello[1:], "streamer version 3"),
         (hello.replace(b"streamtyped", b"streamtypex"), "bad signature"),
-        (ts._HEADER + b"\x84\x01i\x05", "root is an integer, not an object"),
+        (tsr.HEADER + b"\x84\x01i\x05", "root is an integer, not an object"),
         (hello.replace(b"\x84\x01+\x05Hello", b"\x84\x01+\x85"), "nil string payload"),
-        (ts._HEADER + b"\x84\x01@\x92", "root is a reference to nothing"),
+        (tsr.HEADER + b"\x84\x01@\x92", "root is a reference to nothing"),
         # NSAttributedString whose string is a reference to itself.
-        (ts._HEADER + b"\x84\x01@\x84\x84\x84\x12NSAttributedString\x00\x85\x92\x92\x86", "self reference"),
+        (tsr.HEADER + b"\x84\x01@\x84\x84\x84\x12NSAttributedString\x00\x85\x92\x92\x86", "self reference"),
         # NSDictionary root.
-        (ts._HEADER + b"\x84\x01@\x84\x84\x84\x0cNSDictionary\x00\x85\x84\x01i\x00\x86", "dictionary root"),
+        (tsr.HEADER + b"\x84\x01@\x84\x84\x84\x0cNSDictionary\x00\x85\x84\x01i\x00\x86", "dictionary root"),
     ]
     for blob, why in cases:
         assert decode_attributed_body(blob) is None, why
@@ -335,11 +336,11 @@ def test_structurally_wrong_input_gives_none():
 
 def test_pathological_nesting_is_bounded():
     # 20,000 nested objects and a 13,000-class chain: rejected or read, never a RecursionError.
-    nested = ts._HEADER + b"\x84\x01@" + b"\x84\x84\x84\x01A\x00\x85\x92" + b"\x84\x93\x92" * 20_000
+    nested = tsr.HEADER + b"\x84\x01@" + b"\x84\x84\x84\x01A\x00\x85\x92" + b"\x84\x93\x92" * 20_000
     assert decode_attributed_body(nested) is None
-    chain = ts._HEADER + b"\x84\x01@\x84" + b"\x84\x84\x01A\x00" + b"\x84\x84\x01B\x00" * 13_000 + b"\x85\x86"
+    chain = tsr.HEADER + b"\x84\x01@\x84" + b"\x84\x84\x01A\x00" + b"\x84\x84\x01B\x00" * 13_000 + b"\x85\x86"
     assert decode_attributed_body(chain) is None
-    arrays = ts._HEADER + b"\x84\x01@\x84\x84\x84\x01A\x00\x85\x84\x0b[999999999i]\x01\x86"
+    arrays = tsr.HEADER + b"\x84\x01@\x84\x84\x84\x01A\x00\x85\x84\x0b[999999999i]\x01\x86"
     assert decode_attributed_body(arrays) is None
 
 
@@ -366,7 +367,7 @@ def test_general_parser_grammar_matches_pytypedstream():
     stream = encode_attributed_body("before \U0001f600") + b"".join(enc + val for enc, val, _ in groups)
 
     oracle = pytypedstream.Unarchiver.from_data(stream).decode_all()
-    ps = ts._Parser(stream)
+    ps = tsr.Parser(stream)
     ps.header()
     ours = []
     while ps.p < ps.n:

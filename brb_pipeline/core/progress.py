@@ -293,11 +293,3 @@ class CancelToken:
                     return
 
         threading.Thread(target=run, daemon=True, name="brb-stdin-cancel").start()
-
-
-class Stopwatch:
-    def __init__(self) -> None:
-        self.t0 = time.perf_counter()
-
-    def __call__(self) -> float:
-        return round(time.perf_counter() - self.t0, 3)

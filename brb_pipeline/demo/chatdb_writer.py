@@ -30,44 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from brb_pipeline.core.records import REACTION_KINDS
+from brb_pipeline.demo.chatdb_schema import LEGACY_DDL, STYLE_DIRECT, STYLE_GROUP, TRIGGER_FUNCTIONS, apple_ddl
 
-SCHEMA_PATH = Path(__file__).parent / "schemas" / "chat.db.sql"
-APPLE_EPOCH = datetime(2001, 1, 1, tzinfo=UTC)
 _APPLE_EPOCH_S = 978307200
-
-# Functions Apple's triggers call; Messages registers them on its own connections.
-TRIGGER_FUNCTIONS: dict[str, int] = {
-    "delete_attachment_path": 1,
-    "before_delete_attachment_path": 2,
-    "after_delete_message_plugin": 2,
-}
-
-# A pre-Ventura style message table: no attributedBody-era columns (date_edited, date_retracted,
-# associated_message_emoji, thread_originator_guid...). Used to test tolerance of old column sets.
-LEGACY_DDL = """
-CREATE TABLE message (ROWID INTEGER PRIMARY KEY AUTOINCREMENT, guid TEXT UNIQUE NOT NULL,
-  text TEXT, replace INTEGER DEFAULT 0, handle_id INTEGER DEFAULT 0, subject TEXT,
-  service TEXT, date INTEGER, date_read INTEGER, date_delivered INTEGER,
-  is_from_me INTEGER DEFAULT 0, is_system_message INTEGER DEFAULT 0,
-  is_service_message INTEGER DEFAULT 0, cache_has_attachments INTEGER DEFAULT 0,
-  item_type INTEGER DEFAULT 0, group_action_type INTEGER DEFAULT 0,
-  associated_message_guid TEXT, associated_message_type INTEGER DEFAULT 0);
-CREATE TABLE handle (ROWID INTEGER PRIMARY KEY AUTOINCREMENT UNIQUE, id TEXT NOT NULL,
-  country TEXT, service TEXT NOT NULL, uncanonicalized_id TEXT, UNIQUE (id, service));
-CREATE TABLE chat (ROWID INTEGER PRIMARY KEY AUTOINCREMENT, guid TEXT UNIQUE NOT NULL,
-  style INTEGER, state INTEGER, chat_identifier TEXT, service_name TEXT, room_name TEXT,
-  display_name TEXT);
-CREATE TABLE chat_handle_join (chat_id INTEGER, handle_id INTEGER, UNIQUE(chat_id, handle_id));
-CREATE TABLE chat_message_join (chat_id INTEGER, message_id INTEGER,
-  PRIMARY KEY (chat_id, message_id));
-CREATE TABLE attachment (ROWID INTEGER PRIMARY KEY AUTOINCREMENT, guid TEXT UNIQUE NOT NULL,
-  filename TEXT, mime_type TEXT, transfer_name TEXT, total_bytes INTEGER DEFAULT 0);
-CREATE TABLE message_attachment_join (message_id INTEGER, attachment_id INTEGER,
-  UNIQUE(message_id, attachment_id));
-"""
-
-STYLE_GROUP = 43
-STYLE_DIRECT = 45
 
 
 def apple_time(ts: datetime, unit: str = "ns") -> int:
@@ -121,26 +86,12 @@ def _register_trigger_functions(conn: sqlite3.Connection) -> None:
         conn.create_function(name, nargs, lambda *a: None)
 
 
-def apple_ddl(part: str = "all") -> str:
-    """Apple's chat.db DDL minus ``sqlite_sequence`` (SQLite creates that one itself).
-
-    Args:
-        part: ``"all"``, ``"tables"`` (CREATE TABLE only) or ``"rest"`` (indexes and triggers).
-    """
-    stmts = [s for s in SCHEMA_PATH.read_text().split(";\n\n") if s.strip()]
-    keep = [s for s in stmts if "CREATE TABLE sqlite_sequence" not in s]
-    if part != "all":
-        tables = [s for s in keep if s.lstrip().startswith("CREATE TABLE")]
-        keep = tables if part == "tables" else [s for s in keep if s not in tables]
-    return ";\n\n".join(keep) + ";\n"
-
-
 class ChatDbBuilder:
     """Create a chat.db and fill it; rows are buffered and written in batches on flush/close.
 
     Args:
         path: the file to create (must not exist).
-        legacy: use :data:`LEGACY_DDL` (old macOS column set) instead of Apple's current DDL.
+        legacy: use :data:`~brb_pipeline.demo.chatdb_schema.LEGACY_DDL` (old macOS column set) instead of Apple's current DDL.
         date_unit: ``"ns"`` (modern macOS) or ``"s"`` (old macOS) for every date written.
         wal: put the file in WAL mode with auto-checkpoint off, so committed rows stay in
             ``chat.db-wal`` while this builder is open (as when Messages is running).
@@ -339,7 +290,12 @@ class ChatDbBuilder:
             self._rows["message"][-1]["cache_roomnames"] = ",".join(rooms) if rooms else None
         for c in chats:
             self._joins["chat_message_join"].append((c, rid, date))
-        for _ in range(attachments):
+        self._add_attachments(rid, attachments, date, is_from_me)
+        return guid
+
+    def _add_attachments(self, rid: int, n: int, date: Any, is_from_me: bool) -> None:
+        """``n`` photo attachment rows joined to message ``rid``."""
+        for _ in range(n):
             aid = self._next["attachment"]
             self._next["attachment"] += 1
             ag = self.new_guid()
@@ -350,7 +306,6 @@ class ChatDbBuilder:
                  "total_bytes": 1_200_000, "transfer_state": 5, "is_outgoing": int(is_from_me)}
             )
             self._joins["message_attachment_join"].append((rid, aid))
-        return guid
 
     def add_edited_message(
         self,
@@ -412,7 +367,7 @@ class ChatDbBuilder:
         k = REACTION_KINDS.index(kind)
         assoc = f"bp:{parent_guid}" if part is None else f"p:{part}/{parent_guid}"
         return self.add_message(
-            chat, handle, f"Loved \u201c...\u201d" if kind == "love" else f"Reacted {kind}",
+            chat, handle, "Loved \u201c...\u201d" if kind == "love" else f"Reacted {kind}",
             ts=ts, is_from_me=is_from_me, associated_guid=assoc,
             associated_type=(3000 if remove else 2000) + k, associated_emoji=emoji,
         )

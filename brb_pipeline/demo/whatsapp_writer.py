@@ -84,31 +84,47 @@ def _apple_s(ts: datetime) -> float:
 
 
 def _fill(conn: sqlite3.Connection, chats: Sequence[WAChatRecord], messages: Sequence[WAMessageRecord]) -> None:
-    session_pk: dict[str, int] = {}
-    group_chat: dict[int, bool] = {}
-    member_pk: dict[tuple[int, str], int] = {}
-    n_group_info = n_member = 0
+    """Chats, then messages, then Core Data's bookkeeping rows."""
+    w = _Written()
+    _write_sessions(conn, chats, w)
+    n_media = _write_messages(conn, messages, w)
+    _write_metadata(conn, len(chats), len(messages), n_media, w)
+
+
+@dataclass
+class _Written:
+    """Primary keys handed out so far, for the rows that point back at them."""
+
+    session_pk: dict[str, int] = field(default_factory=dict)  # chat JID -> ZWACHATSESSION
+    group_chat: dict[int, bool] = field(default_factory=dict)  # session pk -> is a group
+    member_pk: dict[tuple[int, str], int] = field(default_factory=dict)  # (session, JID) -> member
+    n_group_info: int = 0
+    n_member: int = 0
+
+
+def _write_sessions(conn: sqlite3.Connection, chats: Sequence[WAChatRecord], w: _Written) -> None:
+    """Chat sessions, with group info and members for the groups."""
     for pk, chat in enumerate(chats, start=1):
-        session_pk[chat.jid] = pk
-        group_chat[pk] = chat.is_group
+        w.session_pk[chat.jid] = pk
+        w.group_chat[pk] = chat.is_group
         stype = chat.session_type if chat.session_type is not None else (
             SESSION_GROUP if chat.is_group else SESSION_DIRECT
         )
         group_info = None
         if chat.is_group:
-            n_group_info += 1
-            group_info = n_group_info
+            w.n_group_info += 1
+            group_info = w.n_group_info
             conn.execute(
                 "INSERT INTO ZWAGROUPINFO (Z_PK, Z_ENT, Z_OPT, ZSTATE, ZCHATSESSION, ZCREATORJID) VALUES (?, ?, 1, 0, ?, ?)",
                 (group_info, _ENT["WAGroupInfo"], pk, chat.members[0][0] if chat.members else None),
             )
             for member_jid, name in chat.members:
-                n_member += 1
-                member_pk[(pk, member_jid)] = n_member
+                w.n_member += 1
+                w.member_pk[(pk, member_jid)] = w.n_member
                 conn.execute(
                     "INSERT INTO ZWAGROUPMEMBER (Z_PK, Z_ENT, Z_OPT, ZISACTIVE, ZISADMIN, ZCHATSESSION,"
                     " ZCONTACTNAME, ZFIRSTNAME, ZMEMBERJID) VALUES (?, ?, 1, 1, 0, ?, ?, ?, ?)",
-                    (n_member, _ENT["WAGroupMember"], pk, name, (name or "").split(" ")[0] or None, member_jid),
+                    (w.n_member, _ENT["WAGroupMember"], pk, name, (name or "").split(" ")[0] or None, member_jid),
                 )
         conn.execute(
             "INSERT INTO ZWACHATSESSION (Z_PK, Z_ENT, Z_OPT, ZARCHIVED, ZHIDDEN, ZREMOVED, ZSESSIONTYPE,"
@@ -116,17 +132,21 @@ def _fill(conn: sqlite3.Connection, chats: Sequence[WAChatRecord], messages: Seq
             (pk, _ENT["WAChatSession"], stype, group_info, chat.jid, chat.partner_name),
         )
 
+
+def _write_messages(conn: sqlite3.Connection, messages: Sequence[WAMessageRecord], w: _Written) -> int:
+    """Messages in time order (``ZSORT``), media items, and each session's last message and
+    counter. Returns the number of media items."""
     last: dict[int, tuple[float, int]] = {}
     counts: dict[int, int] = {}
     n_media = 0
     ordered = sorted(enumerate(messages), key=lambda im: (im[1].ts, im[0]))
     for sort, (_, m) in enumerate(ordered, start=1):
-        spk = session_pk.get(m.chat_jid)
+        spk = w.session_pk.get(m.chat_jid)
         if spk is None:
             raise ValueError(f"message {m.stanza_id} names a chat that was not written")
         date = _apple_s(m.ts)
-        is_group = group_chat[spk]
-        gm = member_pk.get((spk, m.sender_jid)) if (not m.from_me and m.sender_jid) else None
+        is_group = w.group_chat[spk]
+        gm = w.member_pk.get((spk, m.sender_jid)) if (not m.from_me and m.sender_jid) else None
         if m.from_me:
             from_jid, to_jid = None, m.chat_jid
         elif is_group:
@@ -172,12 +192,17 @@ def _fill(conn: sqlite3.Connection, chats: Sequence[WAChatRecord], messages: Seq
             "UPDATE ZWACHATSESSION SET ZLASTMESSAGE = ?, ZLASTMESSAGEDATE = ?, ZMESSAGECOUNTER = ? WHERE Z_PK = ?",
             (mpk, date, counts[spk], spk),
         )
+    return n_media
+
+
+def _write_metadata(conn: sqlite3.Connection, n_chats: int, n_messages: int, n_media: int, w: _Written) -> None:
+    """Core Data's primary-key maxima per entity and the store metadata row."""
     maxima = {
-        "WAChatSession": len(chats),
-        "WAGroupInfo": n_group_info,
-        "WAGroupMember": n_member,
+        "WAChatSession": n_chats,
+        "WAGroupInfo": w.n_group_info,
+        "WAGroupMember": w.n_member,
         "WAMediaItem": n_media,
-        "WAMessage": len(messages),
+        "WAMessage": n_messages,
         "WAProfilePushName": 0,
     }
     conn.executemany(

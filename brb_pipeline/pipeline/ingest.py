@@ -22,7 +22,7 @@ from brb_pipeline.core.progress import Progress
 from brb_pipeline.core.records import CHAT_SCHEMA, MESSAGE_SCHEMA, UNKNOWN_CONTACT_ID
 from brb_pipeline.core.contacts.stats import contact_stats
 from brb_pipeline.pipeline import paths
-from brb_pipeline.pipeline.privacy import forgotten_rules
+from brb_pipeline.pipeline.forgotten import forgotten_rules
 from brb_pipeline.pipeline.scrub import scrub_snapshot
 from brb_pipeline.settings import Settings
 from brb_pipeline.sources.addressbook import read_addressbook

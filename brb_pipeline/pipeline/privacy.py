@@ -6,17 +6,13 @@ layouts, label cache), the source snapshot, and the insights map. Dagster's own 
 message text (assets never put it in metadata), but cluster labels are derived from text, so the
 caller also wipes the insights assets' event history (see ``runner.wipe_derived_events``).
 
-A forgotten contact stays forgotten: its handles and chats are remembered as salted hashes in
-brb.db and filtered out of every later ingestion, so a scheduled run does not bring it back.
+A forgotten contact stays forgotten: :mod:`brb_pipeline.pipeline.forgotten` remembers it and
+filters it out of every later ingestion.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
-import logging
-import os
 import shutil
 import sqlite3
 from pathlib import Path
@@ -27,245 +23,11 @@ import pyarrow.parquet as pq
 
 from brb_pipeline.core import metadata
 from brb_pipeline.core.store.compact import compact_without
-from brb_pipeline.core.errors import BrbError
 from brb_pipeline.core.store.chunks import partition_path
 from brb_pipeline.pipeline import paths
 from brb_pipeline.pipeline.embed import drop_retired
+from brb_pipeline.pipeline.forgotten import remember, retire_legacy_salt, shred_key
 from brb_pipeline.settings import Settings
-
-log = logging.getLogger("brb")
-
-FORGOTTEN_DDL = """CREATE TABLE IF NOT EXISTS forgotten (
-    kind TEXT NOT NULL,        -- handle | chat | keycheck
-    digest TEXT NOT NULL,      -- 'hmac:' + HMAC-SHA256 under the home's forget key (older homes:
-                               -- bare salted sha256); the handle itself is not kept
-    PRIMARY KEY (kind, digest)
-)"""
-
-#: Where the forget key lives when no OS keychain works: ``$BRB_KEY_DIR``, else
-#: ``$XDG_CONFIG_HOME/brb``, else ``~/.config/brb`` (never inside the home dir).
-KEY_DIR_ENV = "BRB_KEY_DIR"
-KEYRING_SERVICE = "brb-pipeline forget key"
-_HMAC = "hmac:"
-_KEYCHECK = "brb forget key check"
-_LEGACY_SALT = ".forget-salt"
-
-
-class ForgetKeyError(BrbError):
-    """The home's forget key is not where it was (keychain locked or key file gone)."""
-
-
-def _home_id(s: Settings) -> str:
-    return hashlib.sha256(str(Path(s.home).expanduser().resolve()).encode()).hexdigest()[:32]
-
-
-def key_dir() -> Path:
-    """The folder of forget key files (see :data:`KEY_DIR_ENV`)."""
-    if os.environ.get(KEY_DIR_ENV):
-        return Path(os.environ[KEY_DIR_ENV]).expanduser()
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base).expanduser() / "brb"
-
-
-def key_file(s: Settings) -> Path:
-    """This home's key file: one per home, named by a hash of the home's absolute path."""
-    return key_dir() / f"forget-{_home_id(s)}.key"
-
-
-def _keyring():
-    """The keyring module when an OS keychain backend is usable, else None. A key dir set in
-    the environment always means files (tests, or a user who wants the key on their own volume)."""
-    if os.environ.get(KEY_DIR_ENV):
-        return None
-    try:
-        import keyring
-        from keyring.backends import fail
-
-        if isinstance(keyring.get_keyring(), fail.Keyring):
-            return None
-        return keyring
-    except Exception:  # no keyring package or a broken backend: fall back to the key file
-        return None
-
-
-def _read_key(s: Settings) -> bytes | None:
-    f = key_file(s)
-    if f.exists():
-        return bytes.fromhex(f.read_text().strip())
-    kr = _keyring()
-    if kr is not None:
-        try:
-            v = kr.get_password(KEYRING_SERVICE, _home_id(s))
-        except Exception:
-            v = None
-        if v:
-            return bytes.fromhex(v)
-    return None
-
-
-def _create_key(s: Settings) -> bytes:
-    key = os.urandom(32)
-    kr = _keyring()
-    if kr is not None:
-        try:
-            kr.set_password(KEYRING_SERVICE, _home_id(s), key.hex())
-            if kr.get_password(KEYRING_SERVICE, _home_id(s)) == key.hex():
-                return key
-        except Exception:
-            pass  # e.g. Linux without a Secret Service: the key file below
-    f = key_file(s)
-    f.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(f, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(key.hex())
-    return key
-
-
-def shred_key(s: Settings) -> bool:
-    """Remove this home's forget key (file and keychain entry). Returns whether one existed."""
-    found = False
-    f = key_file(s)
-    if f.exists():
-        size = f.stat().st_size
-        with f.open("r+b") as out:  # overwrite first: the file system may keep the old blocks
-            out.write(os.urandom(size))
-            out.flush()
-            os.fsync(out.fileno())
-        f.unlink()
-        found = True
-    kr = _keyring()
-    if kr is not None:
-        try:
-            if kr.get_password(KEYRING_SERVICE, _home_id(s)) is not None:
-                kr.delete_password(KEYRING_SERVICE, _home_id(s))
-                found = True
-        except Exception:
-            pass
-    return found
-
-
-def _legacy_salt(s: Settings) -> bytes | None:
-    p = s.home / _LEGACY_SALT
-    return p.read_bytes() if p.exists() else None
-
-
-def _hmac(key: bytes, value: str) -> str:
-    return _HMAC + hmac.new(key, value.encode(), hashlib.sha256).hexdigest()
-
-
-def _digest(salt: bytes, value: str) -> str:
-    """Digest of homes forgotten before the keyed hash (kept readable, never written)."""
-    return hashlib.sha256(salt + value.encode()).hexdigest()
-
-
-def _forget_key(s: Settings, c, *, create: bool) -> bytes | None:
-    """The home's key, checked against the digest of a fixed string kept in brb.db: a key that
-    changed (keychain locked, key file lost) must fail loudly, not let forgotten people back in."""
-    key = _read_key(s)
-    check = c.execute("SELECT digest FROM forgotten WHERE kind = 'keycheck'").fetchone()
-    if key is None:
-        if check is not None:
-            raise ForgetKeyError(f"the forget key of {s.home} is missing (looked in the OS keychain and {key_file(s)}):"
-                                 " restore it, or run `brb delete-all`")
-        if not create:
-            return None
-        key = _create_key(s)
-    if check is None:
-        c.execute("INSERT OR IGNORE INTO forgotten VALUES ('keycheck', ?)", (_hmac(key, _KEYCHECK),))
-    elif check[0] != _hmac(key, _KEYCHECK):
-        raise ForgetKeyError(f"the forget key found for {s.home} is not the one it was made with: restore it,"
-                             " or run `brb delete-all`")
-    return key
-
-
-class ForgottenRules:
-    """The forgotten handles and chats (keyed digests), applied to freshly parsed frames and
-    to snapshot copies.
-
-    Args:
-        key: the home's forget key (HMAC-SHA256).
-        handles: digests of forgotten handles.
-        chats: digests of forgotten group chat ids.
-        salt: the salt of digests written before the keyed hash, or None.
-    """
-
-    def __init__(self, key: bytes | None, handles: set[str], chats: set[str], salt: bytes | None = None) -> None:
-        self.key = key
-        self.salt = salt
-        self.handles = handles
-        self.chats = chats
-        self._memo: dict[str, tuple[str, ...]] = {}
-
-    def digests(self, value: str) -> tuple[str, ...]:
-        """The digests ``value`` may be stored under (keyed; legacy salted when a salt is left)."""
-        d = self._memo.get(value)
-        if d is None:
-            d = tuple(x for x in (_hmac(self.key, value) if self.key else None,
-                                  _digest(self.salt, value) if self.salt else None) if x)
-            self._memo[value] = d
-        return d
-
-    def is_handle(self, value: str | None) -> bool:
-        return value is not None and any(d in self.handles for d in self.digests(value))
-
-    def is_chat(self, value: str | None) -> bool:
-        return value is not None and any(d in self.chats for d in self.digests(value))
-
-    def _gone(self, expr: pl.Expr, which: str) -> pl.Expr:
-        test = self.is_handle if which == "handle" else self.is_chat
-        return expr.map_elements(test, return_dtype=pl.Boolean)
-
-    def gone_chats(self, chats: pl.DataFrame) -> set[str]:
-        """Chat ids to drop: direct chats with a forgotten participant and forgotten chats."""
-        direct_gone = chats.filter(
-            (pl.col("kind") == "direct")
-            & pl.col("participants").list.eval(self._gone(pl.element(), "handle")).list.any()
-        )["chat_id"].to_list()
-        group_gone = chats.filter(self._gone(pl.col("chat_id"), "chat"))["chat_id"].to_list()
-        return set(direct_gone) | set(group_gone)
-
-    def keep(self, gone_chats: set[str]) -> pl.Expr:
-        """Message predicate: not in a gone chat and not sent by a forgotten handle."""
-        return ~pl.col("chat_id").is_in(list(gone_chats)) & ~(
-            pl.col("sender").is_not_null() & self._gone(pl.col("sender"), "handle").fill_null(False))
-
-    def scrub_chats(self, chats: pl.DataFrame) -> pl.DataFrame:
-        """Forgotten handles taken out of the participant lists of the chats that stay."""
-        return chats.with_columns(pl.col("participants").list.eval(
-            pl.element().filter(~self._gone(pl.element(), "handle"))))
-
-    def scrub_reactions(self, messages: pl.DataFrame) -> pl.DataFrame:
-        """Forgotten handles' reactions taken off the messages that stay."""
-        if "reactions" not in messages.columns:
-            return messages
-        sender = pl.element().struct.field("sender")
-        return messages.with_columns(pl.col("reactions").list.eval(
-            pl.element().filter(~(sender.is_not_null() & self._gone(sender, "handle").fill_null(False)))))
-
-
-def forgotten_rules(s: Settings) -> ForgottenRules | None:
-    """What :func:`forget_contacts` remembered, or None when nobody was forgotten."""
-    if not s.brb_db.exists():
-        return None
-    with metadata.connect(s.brb_db) as c:
-        c.execute(FORGOTTEN_DDL)
-        rows = c.execute("SELECT kind, digest FROM forgotten WHERE kind != 'keycheck'").fetchall()
-        if not rows:
-            return None
-        key = _forget_key(s, c, create=False)
-    return ForgottenRules(key, {d for k, d in rows if k == "handle"}, {d for k, d in rows if k == "chat"},
-                          salt=_legacy_salt(s))
-
-
-def forgotten_filter(s: Settings, messages: pl.DataFrame, chats: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, int]:
-    """Drop messages of forgotten contacts (their direct chats, their messages in groups,
-    forgotten group chats) from freshly parsed frames. Returns (messages, chats, dropped)."""
-    rules = forgotten_rules(s)
-    if rules is None:
-        return messages, chats, 0
-    gone = rules.gone_chats(chats)
-    kept = rules.scrub_reactions(messages.filter(rules.keep(gone)))
-    return kept, rules.scrub_chats(chats.filter(~pl.col("chat_id").is_in(list(gone)))), messages.height - kept.height
 
 
 def forget_contacts(s: Settings, contact_ids: list[str]) -> dict[str, Any]:
@@ -294,11 +56,7 @@ def forget_contacts(s: Settings, contact_ids: list[str]) -> dict[str, Any]:
     report["shared_chats_cleared"] = len(shared)
     with metadata.connect(s.brb_db) as c:
         c.execute("PRAGMA secure_delete = ON")  # freed pages are zeroed, not left readable
-        c.execute(FORGOTTEN_DDL)
-        key = _forget_key(s, c, create=True)
-        c.executemany("INSERT OR IGNORE INTO forgotten VALUES ('handle', ?)", [(_hmac(key, h),) for h in handles])
-        group_chats = [cid[2:] for cid in contact_ids if cid.startswith("g:")]
-        c.executemany("INSERT OR IGNORE INTO forgotten VALUES ('chat', ?)", [(_hmac(key, ch),) for ch in group_chats])
+        remember(s, c, handles, [cid[2:] for cid in contact_ids if cid.startswith("g:")])
         report["brb_db_contacts"] = c.execute(
             f"DELETE FROM contacts WHERE contact_id IN ({','.join('?' * len(contact_ids))})", contact_ids).rowcount
         report["brb_db_participants_removed"] = _drop_participants(c, set(handles))
@@ -342,7 +100,7 @@ def forget_contacts(s: Settings, contact_ids: list[str]) -> dict[str, Any]:
     # any other staged Parquet file naming them (a cache this function does not know by name)
     report["staging_other_files"] = _scrub_other_parquet(s, set(handles) | set(contact_ids))
     _vacuum(s.brb_db)
-    _retire_legacy_salt(s)
+    retire_legacy_salt(s)
     return report
 
 
@@ -392,50 +150,6 @@ def _vacuum(db: Path) -> None:
         con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
         con.close()
-
-
-def _retire_legacy_salt(s: Settings) -> None:
-    """Remove ``.forget-salt`` once no digest made with it is left (see :func:`migrate_legacy`)."""
-    p = s.home / _LEGACY_SALT
-    if not p.exists() or not s.brb_db.exists():
-        return
-    with metadata.connect(s.brb_db) as c:
-        c.execute(FORGOTTEN_DDL)
-        left = c.execute(f"SELECT count(*) FROM forgotten WHERE kind != 'keycheck' AND digest NOT LIKE '{_HMAC}%'"
-                         ).fetchone()[0]
-    if not left:
-        p.unlink()
-
-
-def migrate_legacy(s: Settings, rules: ForgottenRules, handles: set[str], chats: set[str]) -> int:
-    """Rewrite salted digests as keyed ones for the handles and chats seen again (a salted
-    digest cannot be re-keyed without its handle: each is migrated when an ingestion sees it).
-
-    Returns:
-        Digests migrated.
-    """
-    if rules.salt is None:
-        return 0
-    moved = []
-    for kind, values, have in (("handle", handles, rules.handles), ("chat", chats, rules.chats)):
-        for v in values:
-            old = _digest(rules.salt, v)
-            if old in have:
-                moved.append((kind, old, v))
-    if not moved:
-        return 0
-    with metadata.connect(s.brb_db) as c:
-        c.execute("PRAGMA secure_delete = ON")
-        key = _forget_key(s, c, create=True)
-        for kind, old, v in moved:
-            c.execute("INSERT OR IGNORE INTO forgotten VALUES (?, ?)", (kind, _hmac(key, v)))
-            c.execute("DELETE FROM forgotten WHERE kind = ? AND digest = ?", (kind, old))
-    rules.key = key
-    rules._memo.clear()
-    for kind, old, v in moved:
-        (rules.handles if kind == "handle" else rules.chats).add(_hmac(key, v))
-    _retire_legacy_salt(s)
-    return len(moved)
 
 
 def delete_all(s: Settings) -> list[str]:

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from brb_pipeline.core.records.handles import normalize_handle
-from brb_pipeline.pipeline.privacy import ForgottenRules, forgotten_rules, migrate_legacy
+from brb_pipeline.pipeline.forgotten import ForgottenRules, forgotten_rules, migrate_legacy
 from brb_pipeline.settings import Settings
-from brb_pipeline.sources.imessage import parent_guid
+from brb_pipeline.sources.imessage_rows import parent_guid
 
 log = logging.getLogger("brb")
 

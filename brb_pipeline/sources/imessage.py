@@ -28,18 +28,12 @@ Rules, in the order they are applied to each ``message`` row (read in ROWID orde
 
 :func:`read_imessage` returns the whole archive as one frame; :class:`IMessageStream` yields the
 same rows in blocks of ``chunk_rows`` so a caller can write them out without holding them all.
-
-Dates: ``message.date`` is nanoseconds since 2001-01-01 UTC on modern macOS and seconds on old
-ones; the unit is decided per value by magnitude. Output timestamps are UTC microseconds. A
-NULL, zero or impossible date (before 2002, from 2100 on, text, beyond int64) gives ``ts = null``:
-the message is kept, counted as ``date_invalid``, and chunking places it by ROWID within its chat
-with no time shown.
+Dates and the per-row text rules are decoded by :mod:`brb_pipeline.sources.imessage_rows`.
 """
 
 from __future__ import annotations
 
 import logging
-import plistlib
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -55,10 +49,10 @@ from brb_pipeline.core.records import (
     MESSAGE_SCHEMA,
     ORPHAN_CHAT_ID,
     REACTION,
-    REACTION_KINDS,
     ReadResult,
     read_all,
 )
+from brb_pipeline.sources.imessage_rows import apple_date_to_us, parent_guid, reaction_frame, row_text
 from brb_pipeline.sources.sqlite_ro import (
     BlockReader,
     open_readonly,
@@ -66,7 +60,6 @@ from brb_pipeline.sources.sqlite_ro import (
     table_columns,
     translate_sqlite_error,
 )
-from brb_pipeline.sources.typedstream import decode_attributed_body
 
 log = logging.getLogger(__name__)
 
@@ -93,14 +86,6 @@ _OPTIONAL = {
     "associated_message_emoji": "NULL",
 }
 
-_APPLE_EPOCH_US = 978_307_200 * 1_000_000
-# |date| above this is nanoseconds (2001 + 100 s in ns is 1e11); below it, seconds (year 5170).
-_NS_THRESHOLD = 100_000_000_000
-# A converted date outside [2002-01-01, 2100-01-01) UTC is not a real send time: Messages (iChat)
-# history starts in 2002, 0 is the "unset" value (2001-01-01), a date in milli- or microseconds
-# read as nanoseconds lands in January 2001, and a year-1 or year-9999 value is corruption.
-VALID_FROM_US = 1_009_843_200 * 1_000_000  # 2002-01-01 UTC
-VALID_UNTIL_US = 4_102_444_800 * 1_000_000  # 2100-01-01 UTC
 # message.date as an integer, or NULL for text, blobs and values beyond int64 (a REAL 1e30 from a
 # damaged file): the conversion above then never overflows.
 _DATE_SQL = ("CASE WHEN typeof(m.date) IN ('integer', 'real') AND m.date BETWEEN -9.0e18 AND 9.0e18 "
@@ -136,70 +121,6 @@ _RAW_SCHEMA = {
     "edited": pl.Boolean,
     "attachments": pl.Int32,
 }
-
-
-def apple_date_to_us(col: pl.Expr) -> pl.Expr:
-    """Apple ``message.date`` (ns or s since 2001-01-01 UTC) -> ``Datetime("us", "UTC")``.
-
-    NULL, 0 and dates outside [2002, 2100) (see :data:`VALID_FROM_US`) become null, never an
-    error; the message is kept and the ``date_invalid`` stat counts it.
-    """
-    # Seconds beyond +-1e11 never reach the multiplication (they are read as ns), so no overflow.
-    us = pl.when(col.abs() > _NS_THRESHOLD).then(col // 1000).otherwise(col * 1_000_000) + _APPLE_EPOCH_US
-    valid = (us >= VALID_FROM_US) & (us < VALID_UNTIL_US)
-    return pl.when(valid).then(us).otherwise(None).cast(pl.Datetime("us", "UTC"))
-
-
-def edit_history(info: bytes | None) -> tuple[str | None, bool, bool]:
-    """The facts brb uses from a ``message_summary_info`` binary plist.
-
-    Layout (macOS 13+): ``ec`` maps a message part index (``"0"``, ``"1"``...) to every version
-    of that part, oldest first, each ``{"d": edit time in seconds since 2001, "t":
-    attributedBody typedstream}``; ``ep`` lists edited parts, ``rp`` retracted (unsent) parts,
-    ``otr`` original text ranges. Other keys are ignored.
-
-    Returns:
-        ``(final text of the parts not retracted or None, edited, some part retracted)``;
-        ``(None, False, False)`` for a blob that is not such a plist (never raises).
-    """
-    if not info:
-        return None, False, False
-    try:
-        d = plistlib.loads(bytes(info))
-    except Exception:  # damaged or foreign blob: treated as absent
-        return None, False, False
-    if not isinstance(d, dict):
-        return None, False, False
-    ec = d.get("ec") if isinstance(d.get("ec"), dict) else {}
-    rp = d.get("rp") if isinstance(d.get("rp"), list) else []
-    retracted = {str(p) for p in rp}
-    parts = []
-    for key in sorted(ec, key=lambda k: (len(str(k)), str(k))):  # "2" before "10"
-        versions = ec[key]
-        if str(key) in retracted or not isinstance(versions, list) or not versions:
-            continue
-        last = versions[-1]
-        body = last.get("t") if isinstance(last, dict) else None
-        try:
-            text = decode_attributed_body(body) if isinstance(body, bytes) else None
-        except Exception:
-            text = None
-        if text:
-            parts.append(text)
-    edited = bool(ec) or bool(d.get("ep"))
-    return (" ".join(parts) or None), edited, bool(retracted)
-
-
-def parent_guid(assoc: str | None) -> str | None:
-    """Parent message guid of a tapback's ``associated_message_guid`` (``p:N/GUID``, ``bp:GUID``)."""
-    if not assoc:
-        return None
-    if assoc.startswith("p:"):
-        slash = assoc.find("/")
-        return assoc[slash + 1 :] if slash >= 0 else assoc[2:]
-    if assoc.startswith("bp:"):
-        return assoc[3:]
-    return assoc
 
 
 def read_imessage(
@@ -360,7 +281,7 @@ class IMessageStream(BlockReader):
             if atype < 3000:
                 state[key] = (date, emoji if k == 6 else None)
         self._tap_pids = [p for p in self._tap_rows if p is not None]
-        self._rx = _reaction_frame(state)
+        self._rx = reaction_frame(state)
 
     def blocks(self) -> Iterator[pl.DataFrame]:
         """Yield the kept messages in ROWID order, ``chunk_rows`` source rows at a time.
@@ -399,6 +320,31 @@ class IMessageStream(BlockReader):
 
     def _block(self, rows: list[tuple]) -> pl.DataFrame:
         """One chunk of source rows -> kept messages (MESSAGE_SCHEMA) with their reactions."""
+        raw = pl.DataFrame(self._kept_columns(rows), schema=_RAW_SCHEMA, orient="col")
+        messages = raw.select(
+            pl.lit(CHANNEL).alias("channel"),
+            (pl.lit(f"{CHANNEL}:") + pl.col("guid")).alias("message_id"),
+            "source_rowid",
+            "chat_id",
+            "sender",
+            "is_from_me",
+            apple_date_to_us(pl.col("date")).alias("ts"),
+            "text",
+            "text_source",
+            "undecodable",
+            "edited",
+            "attachments",
+        )
+        self.stats["messages"] += messages.height
+        self.stats["date_invalid"] += messages["ts"].null_count()
+        return self._attach_reactions(messages).select(list(MESSAGE_SCHEMA))
+
+    def _kept_columns(self, rows: list[tuple]) -> list[list]:
+        """The kept messages of a chunk as the columns of :data:`_RAW_SCHEMA`; counts the rest.
+
+        Tapbacks are skipped (folded from the first pass); a row with no text and no attachments
+        is dropped as unsent or as a system item, unless its blob was undecodable.
+        """
         stats, handles, sole, chat_ids = self.stats, self.handles, self.sole, self.chat_ids
         c_rowid: list[int] = []
         c_guid: list[str] = []
@@ -411,35 +357,10 @@ class IMessageStream(BlockReader):
         c_undec: list[bool] = []
         c_edit: list[bool] = []
         c_att: list[int] = []
-        decode = decode_attributed_body
         for rowid, guid, text, blob, hid, date, me, flag, chat_rid, natt, info in rows:
             if flag & 1:
                 continue  # a tapback: folded from the first pass
-            undec = False
-            if text:
-                src = "text"
-            elif blob is not None:
-                try:
-                    text = decode(blob)
-                except Exception:  # one bad blob must not stop the read; it is counted below
-                    text = None
-                if text:
-                    src = "attributed_body"
-                else:
-                    text, src, undec = None, "none", True
-            else:
-                text, src = None, "none"
-            if info is not None:
-                final, was_edited, some_retracted = edit_history(info)
-                if was_edited:
-                    flag |= 2
-                if text is None and final:
-                    text, src, undec = final, "edit_history", False
-                    stats["from_edit_history"] += 1
-                if some_retracted:
-                    flag |= 4
-                    if text is not None:
-                        stats["partly_unsent"] += 1
+            text, src, undec, flag = row_text(text, blob, info, flag, stats)
             if text is None and not natt:
                 if flag & 6:
                     stats["unsent_dropped"] += 1
@@ -477,28 +398,7 @@ class IMessageStream(BlockReader):
             c_undec.append(undec)
             c_edit.append(bool(flag & 2))
             c_att.append(natt)
-        raw = pl.DataFrame(
-            [c_rowid, c_guid, c_chat, c_sender, c_me, c_date, c_text, c_src, c_undec, c_edit, c_att],
-            schema=_RAW_SCHEMA,
-            orient="col",
-        )
-        messages = raw.select(
-            pl.lit(CHANNEL).alias("channel"),
-            (pl.lit(f"{CHANNEL}:") + pl.col("guid")).alias("message_id"),
-            "source_rowid",
-            "chat_id",
-            "sender",
-            "is_from_me",
-            apple_date_to_us(pl.col("date")).alias("ts"),
-            "text",
-            "text_source",
-            "undecodable",
-            "edited",
-            "attachments",
-        )
-        stats["messages"] += messages.height
-        stats["date_invalid"] += messages["ts"].null_count()
-        return self._attach_reactions(messages).select(list(MESSAGE_SCHEMA))
+        return [c_rowid, c_guid, c_chat, c_sender, c_me, c_date, c_text, c_src, c_undec, c_edit, c_att]
 
     def _attach_reactions(self, messages: pl.DataFrame) -> pl.DataFrame:
         """Add ``reactions`` (empty list when none); count the tapback rows of these parents."""
@@ -528,35 +428,3 @@ class IMessageStream(BlockReader):
             f"{stats['messages_read']:,}", f"{stats['messages']:,}", f"{chats.height:,}", time.perf_counter() - self._t0,
         )
         return chats, warnings
-
-
-def _reaction_frame(state: dict[tuple, tuple]) -> pl.DataFrame:
-    """Final tapback state -> one row per parent ``message_id`` with its ``reactions`` list.
-
-    Args:
-        state: ``(parent message_id, is_from_me, sender, kind index) -> (date, emoji)``, in the
-            order of each reaction's latest add.
-
-    Returns:
-        Frame ``message_id`` (Utf8), ``reactions`` (List(REACTION), sorted by time, ties in
-        latest-add order).
-    """
-    rx = pl.DataFrame(
-        {
-            "message_id": [k[0] for k in state],
-            "kind": [REACTION_KINDS[k[3]] for k in state],
-            "sender": [k[2] for k in state],
-            "is_from_me": [k[1] for k in state],
-            "date": [v[0] for v in state.values()],
-            "emoji": [v[1] for v in state.values()],
-        },
-        schema={"message_id": pl.Utf8, "kind": pl.Utf8, "sender": pl.Utf8, "is_from_me": pl.Boolean,
-                "date": pl.Int64, "emoji": pl.Utf8},
-    )
-    return (
-        rx.with_columns(apple_date_to_us(pl.col("date")).alias("ts"))
-        .sort("ts", maintain_order=True)
-        .group_by("message_id", maintain_order=True)
-        .agg(pl.struct("kind", "sender", "is_from_me", "ts", "emoji").alias("reactions"))
-        .with_columns(pl.col("reactions").cast(pl.List(REACTION)))
-    )

@@ -186,6 +186,52 @@ def take_snapshot(
     """
     t0 = time.perf_counter()
     dest_dir = Path(dest_dir).expanduser()
+    _check_sources(dest_dir, chat_db, addressbook_dir, whatsapp_db)
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    _recover(dest_dir)
+    tmp = Path(tempfile.mkdtemp(prefix=_TMP_PREFIX, dir=dest_dir))
+    try:
+        c = _copy_sources(tmp, chat_db, addressbook_dir, whatsapp_db, timeout_s)
+        manifest = {
+            "sizes": c.sizes,
+            "fingerprints": c.fingerprints,
+            "seconds": round(time.perf_counter() - t0, 3),
+            "warnings": c.warnings,
+            "counts": c.counts,
+            "created_unix": time.time(),
+        }
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    final = _swap_in(tmp, dest_dir)
+    seconds = time.perf_counter() - t0
+    log.info(
+        "Snapshot - chat.db %s, %d AddressBook stores, WhatsApp %s in %.2f s",
+        "copied" if chat_db is not None else "skipped",
+        len(c.addressbook),
+        "copied" if whatsapp_db is not None else "off",
+        seconds,
+    )
+    return Snapshot(
+        root=final,
+        chat_db=final / "chat.db" if chat_db is not None else None,
+        addressbook_dir=final / "AddressBook" if c.addressbook else None,
+        addressbook_files=[final / r for r in c.addressbook],
+        whatsapp_db=final / "ChatStorage.sqlite" if whatsapp_db is not None else None,
+        sizes=c.sizes,
+        fingerprints=c.fingerprints,
+        seconds=seconds,
+        warnings=c.warnings,
+        counts=c.counts,
+    )
+
+
+def _check_sources(
+    dest_dir: Path, chat_db: Path | None, addressbook_dir: Path | None, whatsapp_db: Path | None
+) -> None:
+    """Raise before anything is written: a given database file is missing, or ``dest_dir`` lies
+    inside a source folder."""
     sources = [p for p in (chat_db, whatsapp_db) if p is not None]
     src_dirs = [Path(p).expanduser().parent for p in sources]
     if addressbook_dir is not None:
@@ -195,92 +241,79 @@ def take_snapshot(
             raise SourceMissingError(f"{what} not found at {Path(p).expanduser()}: check the path")
     check_destination(dest_dir, src_dirs)
 
-    dest_dir.mkdir(parents=True, exist_ok=True)
-    _recover(dest_dir)
-    tmp = Path(tempfile.mkdtemp(prefix=_TMP_PREFIX, dir=dest_dir))
-    sizes: dict[str, int] = {}
-    fingerprints: dict[str, str] = {}
-    warnings: list[str] = []
-    counts = {"addressbook_stores": 0, "addressbook_missing": 0, "addressbook_skipped": 0}
-    rel_ab: list[Path] = []
-    try:
-        if chat_db is not None:
-            src = Path(chat_db).expanduser()
-            fingerprints["chat_db"] = source_fingerprint(src)
-            sizes["chat.db"] = _backup(src, tmp / "chat.db", "chat.db", timeout_s)
 
-        stores = []
-        ab_root = Path(addressbook_dir).expanduser() if addressbook_dir is not None else None
-        if ab_root is None or not ab_root.is_dir():
-            counts["addressbook_missing"] = 1
-            where = "not configured" if ab_root is None else f"not found at {ab_root}"
-            warnings.append(f"Snapshot - AddressBook folder {where}: contact names stay unresolved")
-        else:
-            stores = addressbook_stores(ab_root)
-            if not stores:
-                counts["addressbook_missing"] = 1
-                warnings.append(
-                    f"Snapshot - no {AB_FILENAME} under {ab_root}: contact names stay unresolved"
-                )
-        fp = []
-        for store in stores:
-            rel = Path("AddressBook") / store.relative_to(ab_root)
-            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-            try:
-                sizes[str(rel)] = _backup(store, tmp / rel, "AddressBook", timeout_s)
-            except (NotADatabaseError, UnknownSchemaError):
-                counts["addressbook_skipped"] += 1
-                warnings.append(f"Snapshot - skipped unreadable AddressBook store {store}")
-                (tmp / rel).unlink(missing_ok=True)
-                continue
-            fp.append(f"{store.relative_to(ab_root)}={source_fingerprint(store)}")
-            rel_ab.append(rel)
-        counts["addressbook_stores"] = len(rel_ab)
-        if fp:
-            fingerprints["addressbook"] = ";".join(fp)
+@dataclass
+class _Copied:
+    """What a snapshot copy wrote into its temp folder (manifest fields, in manifest order)."""
 
-        if whatsapp_db is not None:
-            src = Path(whatsapp_db).expanduser()
-            fingerprints["whatsapp_db"] = source_fingerprint(src)
-            sizes["ChatStorage.sqlite"] = _backup(
-                src, tmp / "ChatStorage.sqlite", "WhatsApp ChatStorage.sqlite", timeout_s
+    sizes: dict[str, int] = field(default_factory=dict)
+    fingerprints: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    counts: dict[str, int] = field(
+        default_factory=lambda: {"addressbook_stores": 0, "addressbook_missing": 0, "addressbook_skipped": 0}
+    )
+    addressbook: list[Path] = field(default_factory=list)  # copied stores, relative to the snapshot
+
+
+def _copy_sources(
+    tmp: Path, chat_db: Path | None, addressbook_dir: Path | None, whatsapp_db: Path | None, timeout_s: float
+) -> _Copied:
+    """Copy chat.db, the AddressBook stores and WhatsApp (those given) into ``tmp``."""
+    c = _Copied()
+    if chat_db is not None:
+        src = Path(chat_db).expanduser()
+        c.fingerprints["chat_db"] = source_fingerprint(src)
+        c.sizes["chat.db"] = _backup(src, tmp / "chat.db", "chat.db", timeout_s)
+    _copy_addressbook(addressbook_dir, tmp, timeout_s, c)
+    if whatsapp_db is not None:
+        src = Path(whatsapp_db).expanduser()
+        c.fingerprints["whatsapp_db"] = source_fingerprint(src)
+        c.sizes["ChatStorage.sqlite"] = _backup(
+            src, tmp / "ChatStorage.sqlite", "WhatsApp ChatStorage.sqlite", timeout_s
+        )
+    return c
+
+
+def _copy_addressbook(addressbook_dir: Path | None, tmp: Path, timeout_s: float, c: _Copied) -> None:
+    """Copy every readable AddressBook store into ``tmp/AddressBook``; a missing folder or an
+    unreadable store is a counted warning in ``c``, not an error."""
+    stores = []
+    ab_root = Path(addressbook_dir).expanduser() if addressbook_dir is not None else None
+    if ab_root is None or not ab_root.is_dir():
+        c.counts["addressbook_missing"] = 1
+        where = "not configured" if ab_root is None else f"not found at {ab_root}"
+        c.warnings.append(f"Snapshot - AddressBook folder {where}: contact names stay unresolved")
+    else:
+        stores = addressbook_stores(ab_root)
+        if not stores:
+            c.counts["addressbook_missing"] = 1
+            c.warnings.append(
+                f"Snapshot - no {AB_FILENAME} under {ab_root}: contact names stay unresolved"
             )
-        seconds = time.perf_counter() - t0
-        manifest = {
-            "sizes": sizes,
-            "fingerprints": fingerprints,
-            "seconds": round(seconds, 3),
-            "warnings": warnings,
-            "counts": counts,
-            "created_unix": time.time(),
-        }
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    fp = []
+    for store in stores:
+        rel = Path("AddressBook") / store.relative_to(ab_root)
+        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            c.sizes[str(rel)] = _backup(store, tmp / rel, "AddressBook", timeout_s)
+        except (NotADatabaseError, UnknownSchemaError):
+            c.counts["addressbook_skipped"] += 1
+            c.warnings.append(f"Snapshot - skipped unreadable AddressBook store {store}")
+            (tmp / rel).unlink(missing_ok=True)
+            continue
+        fp.append(f"{store.relative_to(ab_root)}={source_fingerprint(store)}")
+        c.addressbook.append(rel)
+    c.counts["addressbook_stores"] = len(c.addressbook)
+    if fp:
+        c.fingerprints["addressbook"] = ";".join(fp)
 
+
+def _swap_in(tmp: Path, dest_dir: Path) -> Path:
+    """Make the finished ``tmp`` copy the snapshot: the previous one is moved aside, then removed
+    (:func:`_recover` finishes the swap if a crash interrupts it). Returns the snapshot folder."""
     final, old = dest_dir / SNAPSHOT_DIRNAME, dest_dir / _OLD_DIRNAME
     if final.exists():
         os.rename(final, old)
     os.rename(tmp, final)
     shutil.rmtree(old, ignore_errors=True)
-    seconds = time.perf_counter() - t0
-    log.info(
-        "Snapshot - chat.db %s, %d AddressBook stores, WhatsApp %s in %.2f s",
-        "copied" if chat_db is not None else "skipped",
-        len(rel_ab),
-        "copied" if whatsapp_db is not None else "off",
-        seconds,
-    )
-    return Snapshot(
-        root=final,
-        chat_db=final / "chat.db" if chat_db is not None else None,
-        addressbook_dir=final / "AddressBook" if rel_ab else None,
-        addressbook_files=[final / r for r in rel_ab],
-        whatsapp_db=final / "ChatStorage.sqlite" if whatsapp_db is not None else None,
-        sizes=sizes,
-        fingerprints=fingerprints,
-        seconds=seconds,
-        warnings=warnings,
-        counts=counts,
-    )
+    return final

@@ -289,49 +289,10 @@ def _normalize(raw: pl.DataFrame, info: pl.DataFrame, state: WhatsAppStream) -> 
         state: the stream's counters, sender cache and repeatable ids (updated).
     """
     stats = state.stats
-    df = raw.join(info, on="session", how="left", maintain_order="left")
-    is_status = pl.col("kind") == "status"
-    stats["status_skipped"] += int(df.select(is_status.fill_null(False).sum()).item())
-    df = df.filter(~is_status.fill_null(False))
-
-    is_system = pl.col("mtype").is_in(list(SYSTEM_MESSAGE_TYPES)).fill_null(False)
-    stats["system_skipped"] += int(df.select(is_system.sum()).item())
-    df = df.filter(~is_system)
-
-    empty = pl.col("text").is_null() & pl.col("media").is_null()
-    stats["empty_skipped"] += int(df.select(empty.sum()).item())
-    df = df.filter(~empty)
-
-    bad_ts = pl.col("date").is_null() | pl.col("date").is_nan() | (pl.col("date").abs() > 4e9)
-    stats["bad_timestamp"] += int(df.select(bad_ts.sum()).item())
-    df = df.filter(~bad_ts)
-
+    df = _drop_skipped(raw.join(info, on="session", how="left", maintain_order="left"), stats)
     stats["orphans"] += int(df.select(pl.col("chat_id").is_null().sum()).item())
     stats["undecodable_text"] += int(df.select(pl.col("text").str.contains("\ufffd", literal=True).fill_null(False).sum()).item())
-
-    # Sender: the group member's JID, else ZFROMJID unless it names the group, else the partner.
-    from_me = pl.col("from_me").fill_null(0) != 0
-    from_jid_ok = pl.when(pl.col("from_jid").str.ends_with("@g.us")).then(None).otherwise(pl.col("from_jid"))
-    df = df.with_columns(
-        from_me.alias("is_from_me"),
-        pl.coalesce(pl.col("member_jid"), from_jid_ok).alias("sender_raw"),
-    )
-    uniq = df.get_column("sender_raw").drop_nulls().unique().to_list()
-    for u in uniq:
-        if u not in state.senders:
-            state.senders[u] = normalize_handle(u, state.region)
-    mapping = pl.DataFrame(
-        {"sender_raw": uniq, "sender_norm": [state.senders[u] for u in uniq]},
-        schema={"sender_raw": pl.Utf8, "sender_norm": pl.Utf8},
-    )
-    df = df.join(mapping, on="sender_raw", how="left", maintain_order="left")
-    sender = (
-        pl.when(pl.col("is_from_me"))
-        .then(None)
-        .otherwise(pl.coalesce(pl.col("sender_norm"), pl.when(pl.col("kind") == "direct").then(pl.col("partner"))))
-    )
-    df = df.with_columns(sender.alias("sender"))
-    stats["unknown_sender"] += int(df.select((~pl.col("is_from_me") & pl.col("sender").is_null()).sum()).item())
+    df = _with_sender(df, state)
 
     # Stable ids: the stanza id, made unique by Z_PK when WhatsApp repeated one.
     base = pl.coalesce(pl.col("stanza"), pl.lit("pk-") + pl.col("pk").cast(pl.Utf8))
@@ -361,6 +322,54 @@ def _normalize(raw: pl.DataFrame, info: pl.DataFrame, state: WhatsAppStream) -> 
     stats["attachments"] += int(out.get_column("attachments").sum() or 0)
     stats["messages_read"] += out.height
     return out.cast(dict(MESSAGE_SCHEMA)).select(list(MESSAGE_SCHEMA.names()))
+
+
+def _drop_skipped(df: pl.DataFrame, stats: dict[str, int]) -> pl.DataFrame:
+    """Drop status updates, system rows, empty rows and rows without a usable date; counts each."""
+    is_status = pl.col("kind") == "status"
+    stats["status_skipped"] += int(df.select(is_status.fill_null(False).sum()).item())
+    df = df.filter(~is_status.fill_null(False))
+
+    is_system = pl.col("mtype").is_in(list(SYSTEM_MESSAGE_TYPES)).fill_null(False)
+    stats["system_skipped"] += int(df.select(is_system.sum()).item())
+    df = df.filter(~is_system)
+
+    empty = pl.col("text").is_null() & pl.col("media").is_null()
+    stats["empty_skipped"] += int(df.select(empty.sum()).item())
+    df = df.filter(~empty)
+
+    bad_ts = pl.col("date").is_null() | pl.col("date").is_nan() | (pl.col("date").abs() > 4e9)
+    stats["bad_timestamp"] += int(df.select(bad_ts.sum()).item())
+    return df.filter(~bad_ts)
+
+
+def _with_sender(df: pl.DataFrame, state: WhatsAppStream) -> pl.DataFrame:
+    """Add ``is_from_me`` and the normalized ``sender``; counts ``unknown_sender``."""
+    stats = state.stats
+    # Sender: the group member's JID, else ZFROMJID unless it names the group, else the partner.
+    from_me = pl.col("from_me").fill_null(0) != 0
+    from_jid_ok = pl.when(pl.col("from_jid").str.ends_with("@g.us")).then(None).otherwise(pl.col("from_jid"))
+    df = df.with_columns(
+        from_me.alias("is_from_me"),
+        pl.coalesce(pl.col("member_jid"), from_jid_ok).alias("sender_raw"),
+    )
+    uniq = df.get_column("sender_raw").drop_nulls().unique().to_list()
+    for u in uniq:
+        if u not in state.senders:
+            state.senders[u] = normalize_handle(u, state.region)
+    mapping = pl.DataFrame(
+        {"sender_raw": uniq, "sender_norm": [state.senders[u] for u in uniq]},
+        schema={"sender_raw": pl.Utf8, "sender_norm": pl.Utf8},
+    )
+    df = df.join(mapping, on="sender_raw", how="left", maintain_order="left")
+    sender = (
+        pl.when(pl.col("is_from_me"))
+        .then(None)
+        .otherwise(pl.coalesce(pl.col("sender_norm"), pl.when(pl.col("kind") == "direct").then(pl.col("partner"))))
+    )
+    df = df.with_columns(sender.alias("sender"))
+    stats["unknown_sender"] += int(df.select((~pl.col("is_from_me") & pl.col("sender").is_null()).sum()).item())
+    return df
 
 
 def _repeats(bases: pl.Series, state: WhatsAppStream) -> list[bool]:

@@ -91,14 +91,6 @@ def read_all(stream: Any) -> ReadResult:
     return result
 
 
-def empty_messages() -> pl.DataFrame:
-    return pl.DataFrame(schema=MESSAGE_SCHEMA)
-
-
-def empty_chats() -> pl.DataFrame:
-    return pl.DataFrame(schema=CHAT_SCHEMA)
-
-
 @dataclass
 class Person:
     """One AddressBook card with a usable name.

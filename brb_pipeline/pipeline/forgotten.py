@@ -1,0 +1,308 @@
+"""The forgotten list: who :func:`~brb_pipeline.pipeline.privacy.forget_contacts` removed, kept so
+they stay removed.
+
+A forgotten contact's handles and group chats are remembered in brb.db as keyed digests (HMAC
+under the home's forget key, kept in the OS keychain or a key file outside the home), never as
+the values, and filtered out of every later ingestion, so a scheduled run does not bring them
+back. Older homes used bare salted digests; :func:`migrate_legacy` re-keys each one when an
+ingestion sees its handle again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import sqlite3
+from pathlib import Path
+
+import polars as pl
+
+from brb_pipeline.core import metadata
+from brb_pipeline.core.errors import BrbError
+from brb_pipeline.settings import Settings
+
+FORGOTTEN_DDL = """CREATE TABLE IF NOT EXISTS forgotten (
+    kind TEXT NOT NULL,        -- handle | chat | keycheck
+    digest TEXT NOT NULL,      -- 'hmac:' + HMAC-SHA256 under the home's forget key (older homes:
+                               -- bare salted sha256); the handle itself is not kept
+    PRIMARY KEY (kind, digest)
+)"""
+
+#: Where the forget key lives when no OS keychain works: ``$BRB_KEY_DIR``, else
+#: ``$XDG_CONFIG_HOME/brb``, else ``~/.config/brb`` (never inside the home dir).
+KEY_DIR_ENV = "BRB_KEY_DIR"
+KEYRING_SERVICE = "brb-pipeline forget key"
+_HMAC = "hmac:"
+_KEYCHECK = "brb forget key check"
+_LEGACY_SALT = ".forget-salt"
+
+
+class ForgetKeyError(BrbError):
+    """The home's forget key is not where it was (keychain locked or key file gone)."""
+
+
+def _home_id(s: Settings) -> str:
+    return hashlib.sha256(str(Path(s.home).expanduser().resolve()).encode()).hexdigest()[:32]
+
+
+def key_dir() -> Path:
+    """The folder of forget key files (see :data:`KEY_DIR_ENV`)."""
+    if os.environ.get(KEY_DIR_ENV):
+        return Path(os.environ[KEY_DIR_ENV]).expanduser()
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base).expanduser() / "brb"
+
+
+def key_file(s: Settings) -> Path:
+    """This home's key file: one per home, named by a hash of the home's absolute path."""
+    return key_dir() / f"forget-{_home_id(s)}.key"
+
+
+def _keyring():
+    """The keyring module when an OS keychain backend is usable, else None. A key dir set in
+    the environment always means files (tests, or a user who wants the key on their own volume)."""
+    if os.environ.get(KEY_DIR_ENV):
+        return None
+    try:
+        import keyring
+        from keyring.backends import fail
+
+        if isinstance(keyring.get_keyring(), fail.Keyring):
+            return None
+        return keyring
+    except Exception:  # no keyring package or a broken backend: fall back to the key file
+        return None
+
+
+def _read_key(s: Settings) -> bytes | None:
+    f = key_file(s)
+    if f.exists():
+        return bytes.fromhex(f.read_text().strip())
+    kr = _keyring()
+    if kr is not None:
+        try:
+            v = kr.get_password(KEYRING_SERVICE, _home_id(s))
+        except Exception:
+            v = None
+        if v:
+            return bytes.fromhex(v)
+    return None
+
+
+def _create_key(s: Settings) -> bytes:
+    key = os.urandom(32)
+    kr = _keyring()
+    if kr is not None:
+        try:
+            kr.set_password(KEYRING_SERVICE, _home_id(s), key.hex())
+            if kr.get_password(KEYRING_SERVICE, _home_id(s)) == key.hex():
+                return key
+        except Exception:
+            pass  # e.g. Linux without a Secret Service: the key file below
+    f = key_file(s)
+    f.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(f, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(key.hex())
+    return key
+
+
+def shred_key(s: Settings) -> bool:
+    """Remove this home's forget key (file and keychain entry). Returns whether one existed."""
+    found = False
+    f = key_file(s)
+    if f.exists():
+        size = f.stat().st_size
+        with f.open("r+b") as out:  # overwrite first: the file system may keep the old blocks
+            out.write(os.urandom(size))
+            out.flush()
+            os.fsync(out.fileno())
+        f.unlink()
+        found = True
+    kr = _keyring()
+    if kr is not None:
+        try:
+            if kr.get_password(KEYRING_SERVICE, _home_id(s)) is not None:
+                kr.delete_password(KEYRING_SERVICE, _home_id(s))
+                found = True
+        except Exception:
+            pass
+    return found
+
+
+def _legacy_salt(s: Settings) -> bytes | None:
+    p = s.home / _LEGACY_SALT
+    return p.read_bytes() if p.exists() else None
+
+
+def _hmac(key: bytes, value: str) -> str:
+    return _HMAC + hmac.new(key, value.encode(), hashlib.sha256).hexdigest()
+
+
+def _digest(salt: bytes, value: str) -> str:
+    """Digest of homes forgotten before the keyed hash (kept readable, never written)."""
+    return hashlib.sha256(salt + value.encode()).hexdigest()
+
+
+def _forget_key(s: Settings, c, *, create: bool) -> bytes | None:
+    """The home's key, checked against the digest of a fixed string kept in brb.db: a key that
+    changed (keychain locked, key file lost) must fail loudly, not let forgotten people back in."""
+    key = _read_key(s)
+    check = c.execute("SELECT digest FROM forgotten WHERE kind = 'keycheck'").fetchone()
+    if key is None:
+        if check is not None:
+            raise ForgetKeyError(f"the forget key of {s.home} is missing (looked in the OS keychain and {key_file(s)}):"
+                                 " restore it, or run `brb delete-all`")
+        if not create:
+            return None
+        key = _create_key(s)
+    if check is None:
+        c.execute("INSERT OR IGNORE INTO forgotten VALUES ('keycheck', ?)", (_hmac(key, _KEYCHECK),))
+    elif check[0] != _hmac(key, _KEYCHECK):
+        raise ForgetKeyError(f"the forget key found for {s.home} is not the one it was made with: restore it,"
+                             " or run `brb delete-all`")
+    return key
+
+
+class ForgottenRules:
+    """The forgotten handles and chats (keyed digests), applied to freshly parsed frames and
+    to snapshot copies.
+
+    Args:
+        key: the home's forget key (HMAC-SHA256).
+        handles: digests of forgotten handles.
+        chats: digests of forgotten group chat ids.
+        salt: the salt of digests written before the keyed hash, or None.
+    """
+
+    def __init__(self, key: bytes | None, handles: set[str], chats: set[str], salt: bytes | None = None) -> None:
+        self.key = key
+        self.salt = salt
+        self.handles = handles
+        self.chats = chats
+        self._memo: dict[str, tuple[str, ...]] = {}
+
+    def digests(self, value: str) -> tuple[str, ...]:
+        """The digests ``value`` may be stored under (keyed; legacy salted when a salt is left)."""
+        d = self._memo.get(value)
+        if d is None:
+            d = tuple(x for x in (_hmac(self.key, value) if self.key else None,
+                                  _digest(self.salt, value) if self.salt else None) if x)
+            self._memo[value] = d
+        return d
+
+    def is_handle(self, value: str | None) -> bool:
+        return value is not None and any(d in self.handles for d in self.digests(value))
+
+    def is_chat(self, value: str | None) -> bool:
+        return value is not None and any(d in self.chats for d in self.digests(value))
+
+    def _gone(self, expr: pl.Expr, which: str) -> pl.Expr:
+        test = self.is_handle if which == "handle" else self.is_chat
+        return expr.map_elements(test, return_dtype=pl.Boolean)
+
+    def gone_chats(self, chats: pl.DataFrame) -> set[str]:
+        """Chat ids to drop: direct chats with a forgotten participant and forgotten chats."""
+        direct_gone = chats.filter(
+            (pl.col("kind") == "direct")
+            & pl.col("participants").list.eval(self._gone(pl.element(), "handle")).list.any()
+        )["chat_id"].to_list()
+        group_gone = chats.filter(self._gone(pl.col("chat_id"), "chat"))["chat_id"].to_list()
+        return set(direct_gone) | set(group_gone)
+
+    def keep(self, gone_chats: set[str]) -> pl.Expr:
+        """Message predicate: not in a gone chat and not sent by a forgotten handle."""
+        return ~pl.col("chat_id").is_in(list(gone_chats)) & ~(
+            pl.col("sender").is_not_null() & self._gone(pl.col("sender"), "handle").fill_null(False))
+
+    def scrub_chats(self, chats: pl.DataFrame) -> pl.DataFrame:
+        """Forgotten handles taken out of the participant lists of the chats that stay."""
+        return chats.with_columns(pl.col("participants").list.eval(
+            pl.element().filter(~self._gone(pl.element(), "handle"))))
+
+    def scrub_reactions(self, messages: pl.DataFrame) -> pl.DataFrame:
+        """Forgotten handles' reactions taken off the messages that stay."""
+        if "reactions" not in messages.columns:
+            return messages
+        sender = pl.element().struct.field("sender")
+        return messages.with_columns(pl.col("reactions").list.eval(
+            pl.element().filter(~(sender.is_not_null() & self._gone(sender, "handle").fill_null(False)))))
+
+
+def forgotten_rules(s: Settings) -> ForgottenRules | None:
+    """What :func:`forget_contacts` remembered, or None when nobody was forgotten."""
+    if not s.brb_db.exists():
+        return None
+    with metadata.connect(s.brb_db) as c:
+        c.execute(FORGOTTEN_DDL)
+        rows = c.execute("SELECT kind, digest FROM forgotten WHERE kind != 'keycheck'").fetchall()
+        if not rows:
+            return None
+        key = _forget_key(s, c, create=False)
+    return ForgottenRules(key, {d for k, d in rows if k == "handle"}, {d for k, d in rows if k == "chat"},
+                          salt=_legacy_salt(s))
+
+
+def forgotten_filter(s: Settings, messages: pl.DataFrame, chats: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+    """Drop messages of forgotten contacts (their direct chats, their messages in groups,
+    forgotten group chats) from freshly parsed frames. Returns (messages, chats, dropped)."""
+    rules = forgotten_rules(s)
+    if rules is None:
+        return messages, chats, 0
+    gone = rules.gone_chats(chats)
+    kept = rules.scrub_reactions(messages.filter(rules.keep(gone)))
+    return kept, rules.scrub_chats(chats.filter(~pl.col("chat_id").is_in(list(gone)))), messages.height - kept.height
+
+
+def remember(s: Settings, c: sqlite3.Connection, handles: list[str], chats: list[str]) -> None:
+    """Add handles and group chats to the forgotten list on ``c`` (keyed digests, never the values),
+    creating the home's forget key on first use."""
+    c.execute(FORGOTTEN_DDL)
+    key = _forget_key(s, c, create=True)
+    c.executemany("INSERT OR IGNORE INTO forgotten VALUES ('handle', ?)", [(_hmac(key, h),) for h in handles])
+    c.executemany("INSERT OR IGNORE INTO forgotten VALUES ('chat', ?)", [(_hmac(key, ch),) for ch in chats])
+
+
+def retire_legacy_salt(s: Settings) -> None:
+    """Remove ``.forget-salt`` once no digest made with it is left (see :func:`migrate_legacy`)."""
+    p = s.home / _LEGACY_SALT
+    if not p.exists() or not s.brb_db.exists():
+        return
+    with metadata.connect(s.brb_db) as c:
+        c.execute(FORGOTTEN_DDL)
+        left = c.execute(f"SELECT count(*) FROM forgotten WHERE kind != 'keycheck' AND digest NOT LIKE '{_HMAC}%'"
+                         ).fetchone()[0]
+    if not left:
+        p.unlink()
+
+
+def migrate_legacy(s: Settings, rules: ForgottenRules, handles: set[str], chats: set[str]) -> int:
+    """Rewrite salted digests as keyed ones for the handles and chats seen again (a salted
+    digest cannot be re-keyed without its handle: each is migrated when an ingestion sees it).
+
+    Returns:
+        Digests migrated.
+    """
+    if rules.salt is None:
+        return 0
+    moved = []
+    for kind, values, have in (("handle", handles, rules.handles), ("chat", chats, rules.chats)):
+        for v in values:
+            old = _digest(rules.salt, v)
+            if old in have:
+                moved.append((kind, old, v))
+    if not moved:
+        return 0
+    with metadata.connect(s.brb_db) as c:
+        c.execute("PRAGMA secure_delete = ON")
+        key = _forget_key(s, c, create=True)
+        for kind, old, v in moved:
+            c.execute("INSERT OR IGNORE INTO forgotten VALUES (?, ?)", (kind, _hmac(key, v)))
+            c.execute("DELETE FROM forgotten WHERE kind = ? AND digest = ?", (kind, old))
+    rules.key = key
+    rules._memo.clear()
+    for kind, old, v in moved:
+        (rules.handles if kind == "handle" else rules.chats).add(_hmac(key, v))
+    retire_legacy_salt(s)
+    return len(moved)
