@@ -20,6 +20,7 @@ Layout of ``dest``::
     AddressBook/AddressBook-v22.abcddb
     AddressBook/Sources/<UUID>/AddressBook-v22.abcddb
     ChatStorage.sqlite        (whatsapp=True only)
+    Mail/V10/...              (mail=True only: Envelope Index and .emlx bodies)
     demo.json                 (the counts below; marks the folder as a demo archive)
 """
 
@@ -89,6 +90,7 @@ class DemoArchive:
         chat_db: the Messages database.
         addressbook_dir: the AddressBook folder (root store + ``Sources/<UUID>/``).
         whatsapp_db: ChatStorage.sqlite, or None unless ``whatsapp=True``.
+        mail_dir: the folder standing for ``~/Library/Mail``, or None unless ``mail=True``.
         counts: what was written; ``expected_messages`` is what ``read_imessage`` should keep.
     """
 
@@ -98,6 +100,7 @@ class DemoArchive:
     whatsapp_db: Path | None
     counts: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    mail_dir: Path | None = None
 
 
 def demo_corpus_path() -> Path:
@@ -236,7 +239,7 @@ class _Gen:
         self.counts["conversations"] = len(picked)
         return [tuple(p) for p in picked]
 
-    def build(self, whatsapp: bool) -> DemoArchive:
+    def build(self, whatsapp: bool, mail: bool = False) -> DemoArchive:
         r = self.rng
         convs = self.select()
         contacts = list(dict.fromkeys(c for c, _, _ in convs))
@@ -383,7 +386,8 @@ class _Gen:
         ab_dir = self.dest / "AddressBook"
         self._addressbook(ab_dir, [c for c in contacts])
         wa = self._whatsapp(convs, contacts) if whatsapp else None
-        return DemoArchive(self.dest, self.dest / "chat.db", ab_dir, wa, self.counts)
+        mail_dir = self._mail(contacts) if mail else None
+        return DemoArchive(self.dest, self.dest / "chat.db", ab_dir, wa, self.counts, mail_dir=mail_dir)
 
     def _write_messages(self, b: ChatDbBuilder, events: list) -> None:
         r = self.rng
@@ -527,8 +531,22 @@ class _Gen:
         return path
 
 
+    # ------------------------------------------------------------ Mail
+
+    def _mail(self, contacts: list[_Contact]) -> Path:
+        from brb_pipeline.demo.mail_writer import write_demo_mail
+
+        # Contacts whose iMessage handle is an e-mail address: the AddressBook knows them by it.
+        people = [(" ".join(x for x in (c.name or ()) if x) or c.handle.split("@")[0], c.handle)
+                  for c in sorted(contacts, key=lambda c: c.name is None) if not c.cc and not c.vanished]
+        demo = write_demo_mail(self.dest / "Mail", people, datetime(2018, 9, 3, 8, tzinfo=UTC), self.seed)
+        self.counts.update(demo.counts)
+        return self.dest / "Mail"
+
+
 def build_demo_archive(
-    dest: Path, *, messages: int | None = 6000, seed: int = 7, whatsapp: bool = False, split_contacts: int = 1
+    dest: Path, *, messages: int | None = 6000, seed: int = 7, whatsapp: bool = False, split_contacts: int = 1,
+    mail: bool = False,
 ) -> DemoArchive:
     """Write a demo archive into ``dest`` from the chitchat corpus; deterministic per seed.
 
@@ -539,6 +557,8 @@ def build_demo_archive(
             the last one cut); None takes the whole corpus (258,145).
         seed: random seed for every choice layered on the corpus.
         whatsapp: also write a small ``ChatStorage.sqlite``.
+        mail: also write a small Mail store (``Mail/V10``) with threads between the demo's
+            e-mail contacts; the rest of the archive is the same as without it.
         split_contacts: give each corpus participant's conversations to this many people in turn
             (1: one person each). A bigger archive split in proportion has more people, each as
             busy as in a smaller one, instead of the same people busier (memory benchmarks).
@@ -552,9 +572,10 @@ def build_demo_archive(
         for name in ("chat.db", "ChatStorage.sqlite", MARKER):
             (dest / name).unlink(missing_ok=True)
         shutil.rmtree(dest / "AddressBook", ignore_errors=True)
+        shutil.rmtree(dest / "Mail", ignore_errors=True)
     elif (dest / "chat.db").exists():
         raise FileExistsError(f"{dest / 'chat.db'} exists and is not a demo archive; choose an empty folder")
-    archive = _Gen(dest, messages, seed, split_contacts).build(whatsapp)
+    archive = _Gen(dest, messages, seed, split_contacts).build(whatsapp, mail)
     archive.seconds = time.perf_counter() - t0
     marker = {"seed": seed, "messages": messages, "split_contacts": split_contacts, "counts": archive.counts}
     (dest / MARKER).write_text(json.dumps(marker, indent=2))

@@ -13,6 +13,8 @@ Layout of ``<dest_dir>/snapshot/``::
     AddressBook/AddressBook-v22.abcddb
     AddressBook/Sources/<UUID>/AddressBook-v22.abcddb
     ChatStorage.sqlite              (only when a WhatsApp path was given)
+    Mail/V10/MailData/Envelope Index  (only when a Mail folder was given, with the .emlx
+                                      bodies its messages need, at their relative paths)
     manifest.json                   (sizes, source fingerprints, seconds, warnings)
 """
 
@@ -29,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from brb_pipeline.core.errors import NotADatabaseError, SourceError, SourceMissingError, UnknownSchemaError
+from brb_pipeline.sources.mail import ENVELOPE_INDEX, copy_bodies, locate_envelope_index
+from brb_pipeline.sources.mail import WHAT as MAIL_WHAT
 from brb_pipeline.sources.sqlite_ro import open_readonly, translate_sqlite_error
 
 log = logging.getLogger(__name__)
@@ -84,6 +88,7 @@ class Snapshot:
     seconds: float
     warnings: list[str] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
+    mail_db: Path | None = None  # copy of Mail's Envelope Index, or None unless a Mail folder was given
 
 
 def _stat_part(p: Path) -> str:
@@ -163,6 +168,7 @@ def take_snapshot(
     addressbook_dir: Path | None,
     whatsapp_db: Path | None,
     timeout_s: float = 5.0,
+    mail_dir: Path | None = None,
 ) -> Snapshot:
     """Copy the given sources into ``<dest_dir>/snapshot``, replacing the previous snapshot.
 
@@ -175,6 +181,8 @@ def take_snapshot(
         addressbook_dir: ``~/Library/Application Support/AddressBook``; None or missing is a
             counted warning (names stay unresolved), not an error.
         whatsapp_db: WhatsApp's ChatStorage.sqlite, or None.
+        mail_dir: ``~/Library/Mail`` (or its ``V10`` folder), or None: its Envelope Index is
+            copied like the other stores, then the bodies of the copied index's messages.
         timeout_s: how long to wait on a source lock before giving up.
 
     Returns:
@@ -188,6 +196,9 @@ def take_snapshot(
     dest_dir = Path(dest_dir).expanduser()
     sources = [p for p in (chat_db, whatsapp_db) if p is not None]
     src_dirs = [Path(p).expanduser().parent for p in sources]
+    mail_index = locate_envelope_index(mail_dir) if mail_dir is not None else None
+    if mail_dir is not None:
+        src_dirs.append(Path(mail_dir).expanduser())
     if addressbook_dir is not None:
         src_dirs.append(Path(addressbook_dir).expanduser())
     for p, what in ((chat_db, "chat.db"), (whatsapp_db, "WhatsApp ChatStorage.sqlite")):
@@ -245,6 +256,13 @@ def take_snapshot(
             sizes["ChatStorage.sqlite"] = _backup(
                 src, tmp / "ChatStorage.sqlite", "WhatsApp ChatStorage.sqlite", timeout_s
             )
+        if mail_index is not None:
+            version = mail_index.parent.parent
+            fingerprints["mail_db"] = source_fingerprint(mail_index)
+            (tmp / "Mail" / version.name / ENVELOPE_INDEX).parent.mkdir(parents=True)
+            sizes[str(Path("Mail") / version.name / ENVELOPE_INDEX)] = _backup(
+                mail_index, tmp / "Mail" / version.name / ENVELOPE_INDEX, MAIL_WHAT, timeout_s)
+            counts.update(copy_bodies(version, tmp / "Mail" / version.name, timeout_s))
         seconds = time.perf_counter() - t0
         manifest = {
             "sizes": sizes,
@@ -283,4 +301,5 @@ def take_snapshot(
         seconds=seconds,
         warnings=warnings,
         counts=counts,
+        mail_db=final / "Mail" / mail_index.parent.parent.name / ENVELOPE_INDEX if mail_index is not None else None,
     )
