@@ -537,7 +537,7 @@ class _Gen:
         from brb_pipeline.demo.mail_writer import write_demo_mail
 
         # Contacts whose iMessage handle is an e-mail address: the AddressBook knows them by it.
-        people = [(" ".join(x for x in (c.name or ()) if x) or c.handle.split("@")[0], c.handle)
+        people = [(" ".join(x for x in (c.name or ()) if x), c.handle)
                   for c in sorted(contacts, key=lambda c: c.name is None) if not c.cc and not c.vanished]
         demo = write_demo_mail(self.dest / "Mail", people, datetime(2018, 9, 3, 8, tzinfo=UTC), self.seed)
         self.counts.update(demo.counts)

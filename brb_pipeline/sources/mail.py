@@ -150,6 +150,7 @@ class MailStream(BlockReader):
         self.owner: set[str] = set()
         self.sent: set[int] = set()
         self.bodies: dict[int, Path] = {}
+        self.threads_read: set[str] = set()  # chat_ids with a kept message
         self.unix = True
         self._flags_sql = "0"
 
@@ -289,6 +290,7 @@ class MailStream(BlockReader):
         st["attachments"] += int(n_att or 0)
         st["messages_read"] += 1
         mine = mailbox in self.sent or sender in self.owner
+        self.threads_read.add(f"{CHANNEL}:{thread}")
         return (CHANNEL, f"{CHANNEL}:{gid}", rowid, f"{CHANNEL}:{thread}", None if mine else sender, mine, ts,
                 text, "text" if text else "none", body.broken, False, int(n_att or 0), [])
 
@@ -300,8 +302,11 @@ class MailStream(BlockReader):
         return read_emlx(path)
 
     def _summary(self) -> tuple[pl.DataFrame, list[str]]:
-        """Chats and warnings (logged)."""
+        """Chats that kept a message (a thread of list mail known only by its headers goes) and
+        warnings (logged)."""
         st = self.stats
+        chats = self.chats.filter(pl.col("chat_id").is_in(list(self.threads_read)))
+        st["chats"], st["groups"] = chats.height, int((chats.get_column("kind") == "group").sum())
         warnings = stat_warnings(st, {
             "bad_timestamp": "Mail - {n} messages without a usable date were skipped",
             "body_undecodable": "Mail - {n} message bodies were truncated or undecodable (kept without body)",
@@ -314,7 +319,7 @@ class MailStream(BlockReader):
             log.warning(w)
         log.info("Mail - %d messages in %d threads (%d list/automated, %d duplicate copies skipped)",
                  st["messages_read"], st["chats"], st["list_excluded"], st["duplicate_copies"])
-        return self.chats, warnings
+        return chats, warnings
 
 
 def _is_sent(url: object) -> bool:
