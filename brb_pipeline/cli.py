@@ -22,6 +22,10 @@ WHATSAPP_WARNING = (
     "WhatsApp channel ON: brb reads your WhatsApp ChatStorage.sqlite (read-only) into its store; "
     "nothing else protects that file, keep the home dir private"
 )
+MAIL_WARNING = (
+    "Mail channel ON: brb reads your Mail Envelope Index and message bodies (read-only) into its store; "
+    "nothing else protects them, keep the home dir private"
+)
 
 
 class BrbGroup(click.Group):
@@ -79,6 +83,9 @@ def _settings(home: Path | None, write: bool = False, **overrides: Any) -> Setti
 @click.option("--whatsapp", type=click.Path(path_type=Path), default=None,
               help="WhatsApp ChatStorage.sqlite; giving it turns the WhatsApp channel on.")
 @click.option("--no-whatsapp", is_flag=True, help="Turn the WhatsApp channel off.")
+@click.option("--mail", type=click.Path(path_type=Path), default=None,
+              help="Mail folder (~/Library/Mail, holding V10/MailData/Envelope Index); giving it turns the Mail channel on.")
+@click.option("--no-mail", is_flag=True, help="Turn the Mail channel off.")
 @click.option("--contact", "contacts", multiple=True, help="Re-run only this contact (name or handle); repeatable.")
 @click.option("--progress", "progress_mode", type=click.Choice(["bars", "jsonl", "none"]), default=None,
               help="bars (terminal), jsonl (JSON lines on stdout for a host app) or none.")
@@ -87,8 +94,8 @@ def _settings(home: Path | None, write: bool = False, **overrides: Any) -> Setti
 @click.option("--no-insights", is_flag=True, help="Skip the insights map.")
 @click.option("--reembed", is_flag=True, help="Embed every chunk again (e.g. after upgrading MLX).")
 @home_opt
-def ingest(chat_db, addressbook, whatsapp, no_whatsapp, contacts, progress_mode, cancel_file, no_insights, reembed,
-           home):
+def ingest(chat_db, addressbook, whatsapp, no_whatsapp, mail, no_mail, contacts, progress_mode, cancel_file,
+           no_insights, reembed, home):
     """Snapshot the sources and run every stage: parse, chunk, embed, store, index, map.
 
     On macOS, with no source given or saved, reads ~/Library/Messages/chat.db and
@@ -100,6 +107,10 @@ def ingest(chat_db, addressbook, whatsapp, no_whatsapp, contacts, progress_mode,
         overrides.update(whatsapp_db=whatsapp, whatsapp_enabled=True)
     if no_whatsapp:
         overrides["whatsapp_enabled"] = False
+    if mail:
+        overrides.update(mail_dir=mail, mail_enabled=True)
+    if no_mail:
+        overrides["mail_enabled"] = False
     s = settings_mod.with_platform_defaults(_settings(home, **overrides), Path.home(), sys.platform)
     if s.imessage_enabled:  # a private chat.db: Full Disk Access is the first thing to say
         settings_mod.check_source_readable(s.chat_db, "chat.db")
@@ -130,6 +141,10 @@ def _run_ingest(s: Settings, progress_mode: str | None, cancel_file: Path | None
         progress.log("warning", WHATSAPP_WARNING)
         if mode != "jsonl":
             click.echo(f"brb: {WHATSAPP_WARNING}", err=True)
+    if s.mail_enabled:
+        progress.log("warning", MAIL_WARNING)
+        if mode != "jsonl":
+            click.echo(f"brb: {MAIL_WARNING}", err=True)
     try:
         with stack:
             from brb_pipeline.runner import run_ingest
@@ -217,10 +232,11 @@ def _resolve_contacts(s: Settings, names: list[str]) -> list[str]:
 @click.option("--messages", type=int, default=6000, show_default=True,
               help="Size of the demo archive (0 = the whole chitchat corpus, ~258K messages).")
 @click.option("--whatsapp", is_flag=True, help="Also build and ingest a demo WhatsApp store.")
+@click.option("--mail", is_flag=True, help="Also build and ingest a demo Mail store.")
 @click.option("--progress", "progress_mode", type=click.Choice(["bars", "jsonl", "none"]), default=None)
 @click.option("--home", type=click.Path(path_type=Path), default=None,
               help="Demo home dir (default: $BRB_DEMO_HOME or ~/.brb-demo, never $BRB_HOME).")
-def demo(messages, whatsapp, progress_mode, home):
+def demo(messages, whatsapp, mail, progress_mode, home):
     """Build the demo archive (real Apple schemas, real human chat corpus) and ingest it into its
     own home; a home holding a real ingestion is refused."""
     from brb_pipeline.core.errors import SettingsError
@@ -231,9 +247,10 @@ def demo(messages, whatsapp, progress_mode, home):
     held = s.real_ingestion()
     if held:
         raise SettingsError(f"{s.home} holds {held}; `brb demo` will not replace it: give it another --home")
-    archive = build_demo_archive(s.demo_archive_dir, messages=messages or None, whatsapp=whatsapp)
+    archive = build_demo_archive(s.demo_archive_dir, messages=messages or None, whatsapp=whatsapp, mail=mail)
     s = _settings(s.home, chat_db=archive.chat_db, addressbook_dir=archive.addressbook_dir,
-                  whatsapp_db=archive.whatsapp_db if whatsapp else None, whatsapp_enabled=bool(whatsapp))
+                  whatsapp_db=archive.whatsapp_db if whatsapp else None, whatsapp_enabled=bool(whatsapp),
+                  mail_dir=archive.mail_dir, mail_enabled=bool(mail))
     _run_ingest(s, progress_mode, None, [])
     click.echo(json.dumps(status_dict(s), indent=2, default=str))
     click.echo(f"brb: the demo lives in {s.home}; try `brb search --home {s.home} \"horror movie marathon\"`",
@@ -383,7 +400,7 @@ def _parse_date(value: str | None, name: str):
 @click.option("--until", default=None, help="Only chunks before this date.")
 @click.option("--mode", type=click.Choice(["hybrid", "vector", "lexical"]), default="hybrid", show_default=True)
 @click.option("-k", "k", type=click.IntRange(1, 200), default=10, show_default=True, help="Results to return.")
-@click.option("--channel", type=click.Choice(["imessage", "whatsapp"]), default=None)
+@click.option("--channel", type=click.Choice(["imessage", "whatsapp", "mail"]), default=None)
 @click.option("--context", is_flag=True, help="Include the neighbouring chunks of each hit.")
 @click.option("--diversity", type=click.FloatRange(0.0, 1.0, min_open=True), default=None, is_flag=False,
               flag_value=0.7, help="Spread hits over different passages (MMR; 1 = relevance only). Alone: 0.7.")

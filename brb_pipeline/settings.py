@@ -50,6 +50,10 @@ class Settings:
     whatsapp_db: Path | None = None
     imessage_enabled: bool = True
     whatsapp_enabled: bool = False
+    # Mail is never opened unless mail_enabled: ~/Library/Mail (holding V10/MailData/Envelope Index).
+    mail_enabled: bool = False
+    mail_dir: Path | None = field(default_factory=lambda: default_mail_dir(sys.platform))
+    mail_exclude_lists: bool = True  # drop mailing-list and automated mail (List-*, noreply, bulk)
     default_region: str = "US"  # for phone numbers typed without a country code
     # Contact batches (dynamic partitions).
     top_contacts: int = 50
@@ -232,12 +236,18 @@ class Settings:
         return "a store of unknown sources" if self.brb_db.exists() else None
 
     def channels(self) -> dict[str, bool]:
-        return {"imessage": self.imessage_enabled, "whatsapp": self.whatsapp_enabled}
+        return {"imessage": self.imessage_enabled, "whatsapp": self.whatsapp_enabled, "mail": self.mail_enabled}
 
 
 #: Where macOS keeps the signed-in user's Messages and Contacts stores, under their home dir.
 MAC_CHAT_DB = Path("Library/Messages/chat.db")
 MAC_ADDRESSBOOK = Path("Library/Application Support/AddressBook")
+MAC_MAIL = Path("Library/Mail")
+
+
+def default_mail_dir(platform: str) -> Path | None:
+    """``~/Library/Mail`` on macOS, else None; only read when Mail is enabled."""
+    return absolute(Path.home() / MAC_MAIL) if platform == "darwin" else None
 
 
 def platform_default_sources(home_dir: Path, platform: str) -> dict[str, Path]:

@@ -117,7 +117,7 @@ def test_status_json_keys_on_empty_and_full_home(tmp_path, ingested_home):
     for st in (empty, full):
         assert {"messages", "contacts", "named_contacts", "chunks", "embedding_model", "last_ingestion",
                 "channels", "clusters"} <= set(st)
-    assert empty["messages"] == 0 and empty["channels"] == {"imessage": True, "whatsapp": False}
+    assert empty["messages"] == 0 and empty["channels"] == {"imessage": True, "whatsapp": False, "mail": False}
     assert full["messages"] > 0 and full["chunks"] > 0 and full["named_contacts"] > 0
     # another test may have left a failed (locked) run last; the last success is still reported
     assert full["last_ingestion"]["status"] in ("success", "failed")

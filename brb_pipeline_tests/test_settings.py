@@ -90,7 +90,7 @@ def test_precedence(tmp_path, monkeypatch, saved, env, explicit, expected):
 def test_whatsapp_db_alone_never_turns_whatsapp_on(tmp_path, monkeypatch):
     monkeypatch.setenv("BRB_WHATSAPP_DB", str(tmp_path / "ChatStorage.sqlite"))
     s = Settings.load(tmp_path / "home", whatsapp_db=tmp_path / "other.sqlite")
-    assert s.whatsapp_enabled is False and s.channels() == {"imessage": True, "whatsapp": False}
+    assert s.whatsapp_enabled is False and s.channels() == {"imessage": True, "whatsapp": False, "mail": False}
     s.save()
     assert "whatsapp_enabled" not in _config(tmp_path / "home")
 
@@ -265,7 +265,7 @@ def test_one_runs_environment_does_not_leak_into_the_next(tmp_path):
     assert _config(home) == {"chat_db": str(archive.chat_db)}
     st = json.loads(brb("status", "--json", "--home", home, cwd=tmp_path).stdout)
     assert st["home"] == str(home) and st["messages"] > 0
-    assert st["channels"] == {"imessage": True, "whatsapp": False}
+    assert st["channels"] == {"imessage": True, "whatsapp": False, "mail": False}
     # The explicit flag is what turns WhatsApp on for later runs, and --no-whatsapp off again.
     s = Settings.load(home, whatsapp_db=archive.whatsapp_db, whatsapp_enabled=True)
     s.save()

@@ -7,7 +7,7 @@ for a seed.
 from __future__ import annotations
 
 import random
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from brb_pipeline.demo import names as N
@@ -121,3 +121,15 @@ def write_demo_whatsapp(dest: Path, contacts: list[Contact], r: random.Random, c
     counts["whatsapp_chats"] = len(chats)
     counts["whatsapp_messages"] = len(msgs)
     return path
+
+
+def write_demo_mail_store(dest: Path, contacts: list[Contact], seed: int, counts: dict[str, int]) -> Path:
+    """A small Mail store under ``dest/Mail`` with threads between the demo's e-mail contacts
+    (those whose iMessage handle is an address: the AddressBook knows them by it)."""
+    from brb_pipeline.demo.mail_writer import write_demo_mail
+
+    people = [(" ".join(x for x in (c.name or ()) if x), c.handle)
+              for c in sorted(contacts, key=lambda c: c.name is None) if not c.cc and not c.vanished]
+    demo = write_demo_mail(dest / "Mail", people, datetime(2018, 9, 3, 8, tzinfo=UTC), seed)
+    counts.update(demo.counts)
+    return dest / "Mail"

@@ -19,6 +19,7 @@ Layout of ``dest``::
     AddressBook/AddressBook-v22.abcddb
     AddressBook/Sources/<UUID>/AddressBook-v22.abcddb
     ChatStorage.sqlite        (whatsapp=True only)
+    Mail/V10/...              (mail=True only: Envelope Index and .emlx bodies)
     demo.json                 (the counts below; marks the folder as a demo archive)
 """
 
@@ -37,7 +38,7 @@ from typing import Any
 from brb_pipeline.demo import names as N
 from brb_pipeline.demo.chatdb_schema import STYLE_DIRECT, STYLE_GROUP
 from brb_pipeline.demo.chatdb_writer import ChatDbBuilder
-from brb_pipeline.demo.contact_stores import write_demo_addressbook, write_demo_whatsapp
+from brb_pipeline.demo.contact_stores import write_demo_addressbook, write_demo_mail_store, write_demo_whatsapp
 from brb_pipeline.demo.people import Cast, Contact, random_guid
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ class DemoArchive:
         chat_db: the Messages database.
         addressbook_dir: the AddressBook folder (root store + ``Sources/<UUID>/``).
         whatsapp_db: ChatStorage.sqlite, or None unless ``whatsapp=True``.
+        mail_dir: the folder standing for ``~/Library/Mail``, or None unless ``mail=True``.
         counts: what was written; ``expected_messages`` is what ``read_imessage`` should keep.
     """
 
@@ -89,6 +91,7 @@ class DemoArchive:
     whatsapp_db: Path | None
     counts: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    mail_dir: Path | None = None
 
 
 class _Events:
@@ -121,7 +124,7 @@ class _Gen:
         }
         self.cast = Cast(self.rng, self.counts, n, seed, max(1, int(split_contacts)))
 
-    def build(self, whatsapp: bool) -> DemoArchive:
+    def build(self, whatsapp: bool, mail: bool = False) -> DemoArchive:
         """Write chat.db, the AddressBook and (if asked) WhatsApp; returns the archive."""
         convs = self.cast.select()
         contacts = list(dict.fromkeys(c for c, _, _ in convs))
@@ -153,7 +156,8 @@ class _Gen:
         ab_dir = self.dest / "AddressBook"
         write_demo_addressbook(ab_dir, [c for c in contacts], self.rng, self.counts)
         wa = write_demo_whatsapp(self.dest, contacts, self.rng, self.counts) if whatsapp else None
-        return DemoArchive(self.dest, self.dest / "chat.db", ab_dir, wa, self.counts)
+        mail_dir = write_demo_mail_store(self.dest, contacts, self.cast.seed, self.counts) if mail else None
+        return DemoArchive(self.dest, self.dest / "chat.db", ab_dir, wa, self.counts, mail_dir=mail_dir)
 
     def _pick_groups(self, convs: list, contacts: list[Contact]) -> list[int]:
         """Which conversations become group chats, and the one contact whose handle vanishes."""
@@ -333,7 +337,8 @@ class _Gen:
 
 
 def build_demo_archive(
-    dest: Path, *, messages: int | None = 6000, seed: int = 7, whatsapp: bool = False, split_contacts: int = 1
+    dest: Path, *, messages: int | None = 6000, seed: int = 7, whatsapp: bool = False, split_contacts: int = 1,
+    mail: bool = False,
 ) -> DemoArchive:
     """Write a demo archive into ``dest`` from the chitchat corpus; deterministic per seed.
 
@@ -344,6 +349,8 @@ def build_demo_archive(
             the last one cut); None takes the whole corpus (258,145).
         seed: random seed for every choice layered on the corpus.
         whatsapp: also write a small ``ChatStorage.sqlite``.
+        mail: also write a small Mail store (``Mail/V10``) with threads between the demo's
+            e-mail contacts; the rest of the archive is the same as without it.
         split_contacts: give each corpus participant's conversations to this many people in turn
             (1: one person each). A bigger archive split in proportion has more people, each as
             busy as in a smaller one, instead of the same people busier (memory benchmarks).
@@ -357,9 +364,10 @@ def build_demo_archive(
         for name in ("chat.db", "ChatStorage.sqlite", MARKER):
             (dest / name).unlink(missing_ok=True)
         shutil.rmtree(dest / "AddressBook", ignore_errors=True)
+        shutil.rmtree(dest / "Mail", ignore_errors=True)
     elif (dest / "chat.db").exists():
         raise FileExistsError(f"{dest / 'chat.db'} exists and is not a demo archive; choose an empty folder")
-    archive = _Gen(dest, messages, seed, split_contacts).build(whatsapp)
+    archive = _Gen(dest, messages, seed, split_contacts).build(whatsapp, mail)
     archive.seconds = time.perf_counter() - t0
     marker = {"seed": seed, "messages": messages, "split_contacts": split_contacts, "counts": archive.counts}
     (dest / MARKER).write_text(json.dumps(marker, indent=2))

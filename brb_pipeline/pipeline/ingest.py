@@ -30,6 +30,7 @@ from brb_pipeline.sources.imessage import IMessageStream
 from brb_pipeline.sources.snapshot import take_snapshot
 
 if TYPE_CHECKING:
+    from brb_pipeline.sources.mail import MailStream
     from brb_pipeline.sources.whatsapp import WhatsAppStream
 
 log = logging.getLogger("brb")
@@ -57,6 +58,7 @@ def run_snapshot(s: Settings, progress: Progress | None = None) -> dict[str, Any
         chat_db=s.chat_db if s.imessage_enabled else None,
         addressbook_dir=s.addressbook_dir,
         whatsapp_db=s.whatsapp_db if s.whatsapp_enabled else None,
+        mail_dir=_mail_dir(s),
     )
     try:  # the copy is ours: forgotten people are deleted from it before anything reads it
         scrub_snapshot(s, {"chat_db": snap.chat_db, "addressbook_files": snap.addressbook_files,
@@ -80,6 +82,15 @@ def run_snapshot(s: Settings, progress: Progress | None = None) -> dict[str, Any
         "addressbook_stores": len(snap.addressbook_files),
         "warnings": len(snap.warnings),
     }
+
+
+def _mail_dir(s: Settings) -> Path | None:
+    """The Mail folder to snapshot: None unless Mail is enabled (then it must be configured)."""
+    if not s.mail_enabled:
+        return None
+    if s.mail_dir is None:
+        raise SourceMissingError("no Mail folder configured: pass --mail PATH (e.g. ~/Library/Mail)")
+    return s.mail_dir
 
 
 def snapshot_files(s: Settings) -> dict[str, Any]:
@@ -176,7 +187,7 @@ class _ParseTally:
 
 
 def _channel_stream(s: Settings, snap: dict[str, Any], channel: str, cancel: Cancel | None,
-                    prog: Callable[[int, int], None]) -> IMessageStream | WhatsAppStream | None:
+                    prog: Callable[[int, int], None]) -> IMessageStream | WhatsAppStream | MailStream | None:
     """The block reader of one enabled channel's snapshot (None when it has no store)."""
     if channel == "imessage":
         return IMessageStream(Path(snap["chat_db"]), default_region=s.default_region, cancel=cancel, progress=prog,
@@ -186,6 +197,11 @@ def _channel_stream(s: Settings, snap: dict[str, Any], channel: str, cancel: Can
 
         return WhatsAppStream(Path(snap["whatsapp_db"]), default_region=s.default_region, cancel=cancel,
                               progress=prog, chunk_rows=_BLOCK_ROWS)
+    if channel == "mail" and snap.get("mail_db"):
+        from brb_pipeline.sources.mail import MailStream  # opened only when opted in
+
+        return MailStream(Path(snap["mail_db"]), exclude_lists=s.mail_exclude_lists, default_region=s.default_region,
+                          cancel=cancel, progress=prog)
     return None
 
 

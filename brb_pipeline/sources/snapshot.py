@@ -13,6 +13,8 @@ Layout of ``<dest_dir>/snapshot/``::
     AddressBook/AddressBook-v22.abcddb
     AddressBook/Sources/<UUID>/AddressBook-v22.abcddb
     ChatStorage.sqlite              (only when a WhatsApp path was given)
+    Mail/V10/MailData/Envelope Index  (only when a Mail folder was given, with the .emlx
+                                      bodies its messages need, at their relative paths)
     manifest.json                   (sizes, source fingerprints, seconds, warnings)
 """
 
@@ -29,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from brb_pipeline.core.errors import NotADatabaseError, SourceError, SourceMissingError, UnknownSchemaError
+from brb_pipeline.sources.mail import ENVELOPE_INDEX, copy_bodies, locate_envelope_index
+from brb_pipeline.sources.mail import WHAT as MAIL_WHAT
 from brb_pipeline.sources.sqlite_ro import open_readonly, translate_sqlite_error
 
 log = logging.getLogger(__name__)
@@ -84,6 +88,7 @@ class Snapshot:
     seconds: float
     warnings: list[str] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
+    mail_db: Path | None = None  # copy of Mail's Envelope Index, or None unless a Mail folder was given
 
 
 def _stat_part(p: Path) -> str:
@@ -163,6 +168,7 @@ def take_snapshot(
     addressbook_dir: Path | None,
     whatsapp_db: Path | None,
     timeout_s: float = 5.0,
+    mail_dir: Path | None = None,
 ) -> Snapshot:
     """Copy the given sources into ``<dest_dir>/snapshot``, replacing the previous snapshot.
 
@@ -175,6 +181,8 @@ def take_snapshot(
         addressbook_dir: ``~/Library/Application Support/AddressBook``; None or missing is a
             counted warning (names stay unresolved), not an error.
         whatsapp_db: WhatsApp's ChatStorage.sqlite, or None.
+        mail_dir: ``~/Library/Mail`` (or its ``V10`` folder), or None: its Envelope Index is
+            copied like the other stores, then the bodies of the copied index's messages.
         timeout_s: how long to wait on a source lock before giving up.
 
     Returns:
@@ -186,12 +194,14 @@ def take_snapshot(
     """
     t0 = time.perf_counter()
     dest_dir = Path(dest_dir).expanduser()
-    _check_sources(dest_dir, chat_db, addressbook_dir, whatsapp_db)
+    mail_index = _check_sources(dest_dir, chat_db, addressbook_dir, whatsapp_db, mail_dir)
     dest_dir.mkdir(parents=True, exist_ok=True)
     _recover(dest_dir)
     tmp = Path(tempfile.mkdtemp(prefix=_TMP_PREFIX, dir=dest_dir))
     try:
         c = _copy_sources(tmp, chat_db, addressbook_dir, whatsapp_db, timeout_s)
+        if mail_index is not None:
+            _copy_mail(mail_index, tmp, timeout_s, c)
         manifest = {
             "sizes": c.sizes,
             "fingerprints": c.fingerprints,
@@ -224,22 +234,28 @@ def take_snapshot(
         seconds=seconds,
         warnings=c.warnings,
         counts=c.counts,
+        mail_db=final / "Mail" / mail_index.parent.parent.name / ENVELOPE_INDEX if mail_index is not None else None,
     )
 
 
 def _check_sources(
-    dest_dir: Path, chat_db: Path | None, addressbook_dir: Path | None, whatsapp_db: Path | None
-) -> None:
+    dest_dir: Path, chat_db: Path | None, addressbook_dir: Path | None, whatsapp_db: Path | None,
+    mail_dir: Path | None = None,
+) -> Path | None:
     """Raise before anything is written: a given database file is missing, or ``dest_dir`` lies
     inside a source folder."""
     sources = [p for p in (chat_db, whatsapp_db) if p is not None]
     src_dirs = [Path(p).expanduser().parent for p in sources]
+    mail_index = locate_envelope_index(mail_dir) if mail_dir is not None else None
+    if mail_dir is not None:
+        src_dirs.append(Path(mail_dir).expanduser())
     if addressbook_dir is not None:
         src_dirs.append(Path(addressbook_dir).expanduser())
     for p, what in ((chat_db, "chat.db"), (whatsapp_db, "WhatsApp ChatStorage.sqlite")):
         if p is not None and not Path(p).expanduser().exists():
             raise SourceMissingError(f"{what} not found at {Path(p).expanduser()}: check the path")
     check_destination(dest_dir, src_dirs)
+    return mail_index
 
 
 @dataclass
@@ -272,6 +288,16 @@ def _copy_sources(
             src, tmp / "ChatStorage.sqlite", "WhatsApp ChatStorage.sqlite", timeout_s
         )
     return c
+
+
+def _copy_mail(mail_index: Path, tmp: Path, timeout_s: float, c: _Copied) -> None:
+    """Copy Mail's Envelope Index like the other stores, then the bodies its messages need."""
+    version = mail_index.parent.parent
+    rel = Path("Mail") / version.name / ENVELOPE_INDEX
+    c.fingerprints["mail_db"] = source_fingerprint(mail_index)
+    (tmp / rel).parent.mkdir(parents=True)
+    c.sizes[str(rel)] = _backup(mail_index, tmp / rel, MAIL_WHAT, timeout_s)
+    c.counts.update(copy_bodies(version, tmp / "Mail" / version.name, timeout_s))
 
 
 def _copy_addressbook(addressbook_dir: Path | None, tmp: Path, timeout_s: float, c: _Copied) -> None:

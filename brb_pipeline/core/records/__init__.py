@@ -12,7 +12,7 @@ from typing import Any
 
 import polars as pl
 
-CHANNELS = ("imessage", "whatsapp")
+CHANNELS = ("imessage", "whatsapp", "mail")
 
 # Reaction kinds, in Apple's associated_message_type order (2000 + i adds, 3000 + i removes).
 REACTION_KINDS = ("love", "like", "dislike", "laugh", "emphasize", "question", "emoji", "sticker")
@@ -29,7 +29,7 @@ REACTION = pl.Struct(
 
 MESSAGE_SCHEMA = pl.Schema(
     {
-        "channel": pl.Utf8,  # "imessage" | "whatsapp"
+        "channel": pl.Utf8,  # "imessage" | "whatsapp" | "mail"
         "message_id": pl.Utf8,  # f"{channel}:{guid}", stable across snapshots
         "source_rowid": pl.Int64,  # ROWID / Z_PK in the source, for incremental reads
         "chat_id": pl.Utf8,  # f"{channel}:{chat guid}"; ORPHAN_CHAT_ID when no chat join exists
