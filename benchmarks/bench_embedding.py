@@ -190,6 +190,39 @@ def paired(args: argparse.Namespace, texts: list[str], fast, path: Path) -> None
     print(f"paired median ratio mlx-fast / torch-st: {ratios[len(ratios) // 2]:.2f}x; wrote {out}")
 
 
+def quantized(texts: list[str], path: Path, repeats: int) -> None:
+    """One line per way of running an 8-bit MiniLM (built here with ``mlx.nn.quantize``) on this
+    CPU, same texts, one run: dequantized at load (the default, BLAS GEMMs) vs kept quantized
+    (``mx.quantized_matmul``, what a GPU runs), and the GPU forward's fp16 on MLX's CPU device
+    vs the fp32 fast path. Cosines are to the dequantized row."""
+    import tempfile
+
+    import mlx.core as mx
+
+    from brb_pipeline.core.embedding.gpu_bert import GpuBert
+    from brb_pipeline.core.embedding.models import MLXEmbedder
+    from brb_pipeline.core.embedding.weights import save_quantized
+
+    with tempfile.TemporaryDirectory() as tmp:
+        qdir = save_quantized(path, Path(tmp) / "minilm-8bit", bits=8, group_size=64)
+        deq = MLXEmbedder(str(qdir), device="cpu")
+        kept = MLXEmbedder(str(qdir), device="cpu")
+        kept._fast, kept.forward = GpuBert(qdir, device=mx.cpu, dtype="float32", keep_quantized=True), "gpu_bert"
+        fp32 = MLXEmbedder(device="cpu")
+        fp16 = MLXEmbedder(device="cpu")
+        fp16._fast, fp16.forward = GpuBert(path, device=mx.cpu, dtype="float16"), "gpu_bert"
+        print(f"Quantized bench - {len(texts)} chunks, 8-bit MiniLM (group 64), CPU", flush=True)
+        rows = {"8bit-dequantized-fast_bert": deq, "8bit-quantized_matmul": kept,
+                "fp32-fast_bert": fp32, "fp16-gpu_bert-on-cpu": fp16}
+        ref_of = {"8bit-quantized_matmul": "8bit-dequantized-fast_bert", "fp16-gpu_bert-on-cpu": "fp32-fast_bert"}
+        vecs: dict[str, np.ndarray] = {}
+        for name, emb in rows.items():
+            wall, _, vecs[name] = timed(emb.embed, texts, repeats)
+            ref = ref_of.get(name)
+            cos = f"cos min {(vecs[name] * vecs[ref]).sum(1).min():.6f} to {ref}" if ref else ""
+            print(f"  {name:28s} {len(texts) / wall:7.1f} chunks/s  {cos}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--chunks", type=int, default=384)
@@ -197,6 +230,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--skip", default="", help="comma-separated row names to skip")
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/embedding.json"))
+    ap.add_argument("--quantized", type=int, default=0,
+                    help="only print the quantized-model line for N chunks (dequantized vs quantized matmul)")
     ap.add_argument("--paired-only", type=int, default=0,
                     help="only run N alternating torch-st / mlx-fast rounds and merge them into --out as 'paired'")
     ap.add_argument("--child-refblas", type=int, default=0, help=argparse.SUPPRESS)
@@ -226,6 +261,9 @@ def main() -> None:
     skip = set(filter(None, args.skip.split(",")))
     if args.paired_only:
         paired(args, texts, fast, path)
+        return
+    if args.quantized:
+        quantized(texts[: args.quantized], path, args.repeats)
         return
     print(f"Embedding bench - {len(texts)} chunks, {tokens} tokens (avg {avg_len:.1f}, max {lengths.max()}), "
           f"MLX GEMM {gflops:.1f} GFLOP/s, {(gemm_flops_tok + attn_flops_tok) / 1e6:.1f} MFLOP/token, "

@@ -70,6 +70,7 @@ class Settings:
     # Embedding.
     embedding_model: str = DEFAULT_MODEL  # "bundled:..." | local path | repo id in the HF cache
     embedding_backend: str = "fast"  # "fast" (packed BERT on MLX) | "reference" (mlx-embeddings)
+    embedding_device: str = "auto"  # "auto" (MLX's default device: a GPU when there is one) | "cpu" | "gpu"
     max_tokens: int = 256  # truncation length of one chunk
     token_budget: int = 8192  # rows x padded length per batch
     # Saving. DuckDB memory limit of the connection that loads partitions into brb.duckdb:

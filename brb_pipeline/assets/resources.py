@@ -29,18 +29,16 @@ class Runtime:
         self.progress = progress or Progress()
         self.cancel = cancel or CancelToken()
         self._embedder = embedder
-        self._embedder_key: tuple | None = None if embedder is None else ("given",)
         self.embed_progress = None  # batch -> callback(done, total), set by the headless runner
         self.reembed = False  # ignore vectors of unchanged chunks (brb ingest --reembed)
 
     def embedder(self, s: Settings) -> Any:
-        key = (s.embedding_model, s.embedding_backend, s.max_tokens, s.token_budget)
-        if self._embedder is None or (self._embedder_key not in (key, ("given",))):
-            from brb_pipeline.core.embedding.models import load_embedder
+        """The embedder given at construction, else the process's one for ``s`` (loaded once)."""
+        if self._embedder is not None:
+            return self._embedder
+        from brb_pipeline.core.embedding.models import load_embedder
 
-            self._embedder = load_embedder(s)
-            self._embedder_key = key
-        return self._embedder
+        return load_embedder(s)
 
     def progress_for(self, context: dg.AssetExecutionContext) -> Progress:
         """The shared progress, plus the run's Dagster log when nothing else is listening."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import logging
 import os
@@ -10,7 +9,6 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -58,16 +56,10 @@ def name_maps(s: Settings) -> tuple[dict[str, str], dict[str, str]]:
 
 
 def configured_model_id(s: Settings) -> str:
-    """The model id (name@weights-hash) the settings select, loading it once per process."""
-    return _model_id(s.embedding_model, s.embedding_backend, s.max_tokens, s.token_budget)
-
-
-@functools.lru_cache(maxsize=8)
-def _model_id(name: str, backend: str, max_tokens: int, token_budget: int) -> str:
+    """The model id (name@weights-hash) the settings select, from the process's embedder."""
     from brb_pipeline.core.embedding.models import load_embedder
 
-    return load_embedder(SimpleNamespace(embedding_model=name, embedding_backend=backend, max_tokens=max_tokens,
-                                         token_budget=token_budget)).model_id
+    return load_embedder(s).model_id
 
 
 def embed_keys(s: Settings, fingerprints: dict[str, str], model_id: str | None = None) -> dict[str, str]:

@@ -23,67 +23,28 @@ What this forward does about it:
   (``gelu="erf"`` exact or ``"tanh"`` via a rational tanh, both ``mx.compile``-d).
 - Rows are length-sorted and batched by a token budget by the caller, so padding is small;
   attention runs on the padded [rows, heads, L, L] layout of each batch.
+- Quantized checkpoints are dequantized once at load (:mod:`~brb_pipeline.core.embedding.weights`),
+  so their GEMMs go through BLAS too.
+
+It runs on the CPU only; :mod:`~brb_pipeline.core.embedding.gpu_bert` is the GPU forward. MLX
+streams belong to the thread that made them, so each calling thread gets its own pair.
 """
 
 from __future__ import annotations
 
-import json
 import math
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from brb_pipeline.core.embedding.blas import ensure_fast_blas, set_blas_threads
+from brb_pipeline.core.embedding.weights import BertConfig, load_weights
 
 ensure_fast_blas()
 
 import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
-
-SUPPORTED_MODEL_TYPES = ("bert",)
-
-
-@dataclass(frozen=True)
-class BertConfig:
-    """The subset of a Hugging Face BERT ``config.json`` the forward needs."""
-
-    hidden_size: int
-    num_layers: int
-    num_heads: int
-    intermediate_size: int
-    max_position: int
-    layer_norm_eps: float
-    hidden_act: str
-
-    @classmethod
-    def from_dir(cls, model_dir: Path) -> "BertConfig":
-        cfg = json.loads((Path(model_dir) / "config.json").read_text())
-        return cls(
-            hidden_size=int(cfg["hidden_size"]),
-            num_layers=int(cfg["num_hidden_layers"]),
-            num_heads=int(cfg["num_attention_heads"]),
-            intermediate_size=int(cfg["intermediate_size"]),
-            max_position=int(cfg.get("max_position_embeddings", 512)),
-            layer_norm_eps=float(cfg.get("layer_norm_eps", 1e-12)),
-            hidden_act=str(cfg.get("hidden_act", "gelu")),
-        )
-
-
-def supports(model_dir: Path) -> bool:
-    """True when ``model_dir`` holds an fp32/fp16 BERT this forward can run (not quantized)."""
-    model_dir = Path(model_dir)
-    try:
-        cfg = json.loads((model_dir / "config.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return (
-        cfg.get("model_type") in SUPPORTED_MODEL_TYPES
-        and "quantization" not in cfg
-        and cfg.get("hidden_act", "gelu") in ("gelu", "gelu_new", "gelu_pytorch_tanh")
-        and cfg.get("position_embedding_type", "absolute") == "absolute"
-        and any(model_dir.glob("*.safetensors"))
-    )
-
 
 # Eigen's rational approximation of tanh on [-7.9, 7.9] (float accuracy), written with ops
 # that mx.compile fuses into one loop (no libm call per element).
@@ -128,7 +89,8 @@ class FastBert:
     """Mean-pooled, L2-normalized BERT sentence embeddings on MLX.
 
     Args:
-        model_dir: a Hugging Face BERT directory (``config.json`` + ``*.safetensors``).
+        model_dir: a Hugging Face BERT directory (``config.json`` + ``*.safetensors``), or the
+            same quantized by MLX.
         streams: MLX CPU streams a batch is split over (2 uses both cores for non-GEMM work).
         elementwise: ``"numpy"`` (softmax + tanh GELU by numpy in place, fastest) or ``"mlx"``.
         gelu: for ``elementwise="mlx"``: ``"erf"`` (exact, as trained) or ``"tanh"``.
@@ -144,13 +106,14 @@ class FastBert:
         self.config = BertConfig.from_dir(self.model_dir)
         self.dim = self.config.hidden_size
         self.gelu = gelu
-        self.streams = [mx.new_stream(mx.cpu) for _ in range(max(1, streams))] if streams > 1 else [mx.default_stream(mx.cpu)]
+        self._n_streams = max(1, streams)
+        self._thread_streams: dict[int, list] = {}
         if elementwise not in ("numpy", "mlx"):
             raise ValueError(f"elementwise must be 'numpy' or 'mlx', got {elementwise!r}")
         self.elementwise = elementwise
         if blas_threads:
             set_blas_threads(blas_threads)
-        self._pool = ThreadPoolExecutor(len(self.streams)) if len(self.streams) > 1 else None
+        self._pool = ThreadPoolExecutor(self._n_streams) if self._n_streams > 1 else None
         self._load_weights()
         if compile:
             self._bias_gelu = mx.compile(lambda h, b: _bias_gelu(h, b, self.gelu))
@@ -158,14 +121,18 @@ class FastBert:
         else:
             self._bias_gelu = lambda h, b: _bias_gelu(h, b, self.gelu)
             self._softmax = _masked_softmax
-            self._softmax = _masked_softmax
+
+    @property
+    def streams(self) -> list:
+        """The calling thread's MLX CPU streams (made on its first call)."""
+        tid = threading.get_ident()
+        if tid not in self._thread_streams:
+            n = self._n_streams
+            self._thread_streams[tid] = [mx.new_stream(mx.cpu) for _ in range(n)] if n > 1 else [mx.default_stream(mx.cpu)]
+        return self._thread_streams[tid]
 
     def _load_weights(self) -> None:
-        weights: dict[str, mx.array] = {}
-        for f in sorted(self.model_dir.glob("*.safetensors")):
-            weights.update(mx.load(str(f)))
-        # Accept both "bert.embeddings..." (BertForX checkpoints) and bare "embeddings...".
-        w = {k.removeprefix("bert."): v.astype(mx.float32) for k, v in weights.items()}
+        w = {k: v.astype(mx.float32) for k, v in load_weights(self.model_dir, self.config).items()}
         c = self.config
         e = "embeddings."
         self.word = w[e + "word_embeddings.weight"]
@@ -206,11 +173,12 @@ class FastBert:
             (rows, hidden) float32, L2-normalized mean-pooled embeddings.
         """
         rows = ids.shape[0]
-        n = len(self.streams)
+        streams = self.streams
+        n = len(streams)
         # Contiguous row groups, one per stream; tiny batches stay on one stream.
         parts = [p for p in np.array_split(np.arange(rows), n) if len(p)] if rows >= 2 * n else [np.arange(rows)]
         states = []
-        for stream, idx in zip(self.streams, parts):
+        for stream, idx in zip(streams, parts):
             sub_len = lengths[idx]
             L = int(sub_len.max())
             with mx.stream(stream):
@@ -254,9 +222,6 @@ class FastBert:
         kt = mx.contiguous(qkv[:, :, 1].transpose(0, 2, 3, 1))  # (B, nh, hd, L)
         st.v = mx.contiguous(qkv[:, :, 2].transpose(0, 2, 1, 3))  # (B, nh, L, hd)
         return q @ kt
-
-    def _context(self, st: "_State", probs: mx.array) -> mx.array:
-        return (probs @ st.v).transpose(0, 2, 1, 3).reshape(st.B * st.L, self.config.hidden_size)
 
     def _layer_numpy(self, states: list["_State"], li: int) -> None:
         """One layer with softmax and GELU done by numpy in place on evaluated MLX buffers.

@@ -2,18 +2,25 @@
 
 ``Embedder`` is the interface the pipeline uses; two implementations:
 
-- :class:`MLXEmbedder`: a real model on MLX. Default ``backend="fast"`` runs BERT-family models
-  through :mod:`brb_pipeline.core.embedding.fast_bert` (two CPU streams, numpy SIMD softmax/GELU);
-  ``backend="reference"`` runs the stock ``mlx-embeddings`` model (any architecture it loads,
-  e.g. nomic ModernBERT 8-bit on a Mac) and is also the fallback for models the fast path does
-  not cover.
-- :class:`HashEmbedder`: deterministic hashed n-gram vectors for tests that are not about
+- :class:`MLXEmbedder`: a real model on MLX, on the device MLX offers (a GPU, Metal or CUDA,
+  when it is MLX's default device, else the CPU; ``device="cpu"|"gpu"`` forces one). Default
+  ``backend="fast"`` runs BERT-family models through
+  :mod:`~brb_pipeline.core.embedding.fast_bert` on the CPU (two CPU streams, numpy SIMD
+  softmax/GELU, quantized weights dequantized once) or
+  :mod:`~brb_pipeline.core.embedding.gpu_bert` on a GPU (fp16, fused attention, quantized
+  weights kept quantized); ``backend="reference"`` runs the stock ``mlx-embeddings`` model (any
+  architecture it loads, e.g. nomic ModernBERT 8-bit) and is also the fallback for models the
+  fast path does not cover.
+- :class:`~brb_pipeline.core.embedding.hashing.HashEmbedder`: deterministic hashed n-gram vectors for tests that are not about
   embedding quality.
 
 Prefixes: ``embed(texts)`` embeds texts **as given**. Chunking puts ``document_prefix`` in
 front of each chunk's ``embedding_text`` itself (``ChunkParams.document_prefix``);
 ``embed_query`` adds ``query_prefix``. MiniLM has no prefixes; nomic uses
 ``search_document: `` / ``search_query: ``.
+
+:func:`load_embedder` is the one way the pipeline loads an embedder: one per
+:class:`~brb_pipeline.core.embedding.spec.EmbedderSpec` per process.
 
 The optimized BLAS must be loaded before anything imports ``mlx.core``, so this module calls
 :func:`brb_pipeline.core.embedding.blas.ensure_fast_blas` first thing.
@@ -22,6 +29,8 @@ The optimized BLAS must be loaded before anything imports ``mlx.core``, so this 
 from __future__ import annotations
 
 from brb_pipeline.core.embedding.blas import ensure_fast_blas, blas_threads, set_blas_threads
+from brb_pipeline.core.embedding.hashing import HashEmbedder
+from brb_pipeline.core.embedding.spec import EmbedderSpec, gpu_token_budget, mlx_device, resolve_device
 
 ensure_fast_blas()
 
@@ -32,7 +41,6 @@ import os  # noqa: E402
 import re  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
-import zlib  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any, Protocol, runtime_checkable  # noqa: E402
@@ -69,6 +77,7 @@ class Embedder(Protocol):
         document_prefix: put in front of documents by the chunker (not by ``embed``).
         query_prefix: put in front of queries by ``embed_query``.
         max_tokens: truncation length in tokens.
+        device: ``"cpu"`` or ``"gpu"``, where it runs.
     """
 
     model_id: str
@@ -76,6 +85,7 @@ class Embedder(Protocol):
     document_prefix: str
     query_prefix: str
     max_tokens: int
+    device: str
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embed texts as given. Returns (len(texts), dim) float32, rows L2-normalized."""
@@ -84,65 +94,6 @@ class Embedder(Protocol):
     def embed_query(self, text: str) -> np.ndarray:
         """Embed one query with ``query_prefix``. Returns (dim,) float32, L2-normalized."""
         ...
-
-
-# --------------------------------------------------------------------------------------------
-# Hash embedder
-# --------------------------------------------------------------------------------------------
-_WORD_RE = re.compile(r"\w+", re.UNICODE)
-
-
-class HashEmbedder:
-    """Deterministic bag of hashed words, word bigrams and character trigrams.
-
-    Honest vectors for tests that are not about embedding: texts sharing words are closer,
-    identical texts are identical, empty text is a fixed unit vector. No model, no MLX.
-
-    Args:
-        dim: embedding width.
-    """
-
-    document_prefix = ""
-    query_prefix = ""
-
-    def __init__(self, dim: int = 384, max_tokens: int = 256) -> None:
-        self.dim = int(dim)
-        self.max_tokens = int(max_tokens)
-        self.model_id = f"hash-{self.dim}"
-
-    def _features(self, text: str) -> list[tuple[str, float]]:
-        words = _WORD_RE.findall(text.lower())[: self.max_tokens * 4]
-        feats = [("w:" + w, 1.0) for w in words]
-        feats += [("b:" + a + " " + b, 0.5) for a, b in zip(words, words[1:])]
-        for w in words:
-            padded = f"#{w}#"
-            feats += [("c:" + padded[i : i + 3], 0.25) for i in range(len(padded) - 2)]
-        return feats
-
-    def _vector(self, text: str) -> np.ndarray:
-        v = np.zeros(self.dim, np.float32)
-        for feat, weight in self._features(text):
-            h = zlib.crc32(feat.encode("utf-8"))
-            v[h % self.dim] += weight if (h >> 31) & 1 == 0 else -weight
-        norm = float(np.linalg.norm(v))
-        if norm == 0.0:
-            v[0] = 1.0
-            return v
-        return v / norm
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Returns (len(texts), dim) float32, rows L2-normalized."""
-        if len(texts) == 0:
-            return np.zeros((0, self.dim), np.float32)
-        return np.stack([self._vector(t) for t in texts]).astype(np.float32)
-
-    def embed_query(self, text: str) -> np.ndarray:
-        """Returns (dim,) float32, L2-normalized."""
-        return self.embed([self.query_prefix + text])[0]
-
-    def count_tokens(self, texts: Sequence[str]) -> int:
-        """Total words (truncated at max_tokens) over ``texts``."""
-        return sum(min(len(_WORD_RE.findall(t)), self.max_tokens) for t in texts)
 
 
 # --------------------------------------------------------------------------------------------
@@ -269,23 +220,31 @@ class MLXEmbedder:
     Args:
         model: ``bundled:all-MiniLM-L6-v2`` (default), a local model directory, or a repo id in
             the local Hugging Face cache.
-        backend: ``"fast"`` (fast_bert for BERT models, else reference with a logged note) or
-            ``"reference"`` (stock mlx-embeddings forward).
+        backend: ``"fast"`` (fast_bert / gpu_bert for BERT models, else reference with a logged
+            note) or ``"reference"`` (stock mlx-embeddings forward).
         max_tokens: truncation length in tokens (capped at the model's positions).
-        token_budget: max rows x padded length per forward; bounds peak memory.
+        token_budget: max rows x padded length per forward on the CPU; bounds peak memory (the
+            GPU forward sizes a larger one from the GPU's memory).
+        device: ``"auto"`` (MLX's default device when it is a GPU, else the CPU), ``"cpu"`` or
+            ``"gpu"``; ``self.device`` says which one it runs on.
+        gpu_dtype: weights and activations of the GPU forward (``"float16"``, ``"bfloat16"``,
+            ``"float32"``).
 
     ``embed`` holds a lock: MLX's default-stream switch and the OpenBLAS thread setting are
     process-wide, so concurrent callers (e.g. threads of one Dagster process) take turns.
 
     Raises:
         ModelNotAvailableError: when the model is not available locally.
+        DeviceNotAvailableError: for ``device="gpu"`` where MLX has no GPU, or an unknown device.
         ValueError: for an unknown backend.
     """
 
     def __init__(self, model: str = "bundled:all-MiniLM-L6-v2", *, backend: str = "fast",
-                 max_tokens: int = 256, token_budget: int = 8192) -> None:
+                 max_tokens: int = 256, token_budget: int = 8192, device: str = "auto",
+                 gpu_dtype: str = "float16") -> None:
         if backend not in ("fast", "reference"):
             raise ValueError(f"Embedding - unknown backend {backend!r}: use 'fast' or 'reference'")
+        self.device = resolve_device(device)
         self.model_dir = resolve_model(model)
         cfg = json.loads((self.model_dir / "config.json").read_text())
         name = str(model)[len(BUNDLED_PREFIX) :] if str(model).startswith(BUNDLED_PREFIX) else None
@@ -300,21 +259,36 @@ class MLXEmbedder:
         self.token_budget = int(max(token_budget, 1))
         self._tokenizer = self._load_tokenizer()
         self._lock = threading.Lock()
-
-        from brb_pipeline.core.embedding import fast_bert
-
         self.backend = backend
-        if backend == "fast" and not fast_bert.supports(self.model_dir):
-            log.info("Embedding - %s is not a plain BERT model: using the reference backend", name)
+        self._load_forward(cfg, gpu_dtype)
+        log.info("Embedding - %s on the %s (%s)", name, self.device.upper(), self.forward)
+
+    def _load_forward(self, cfg: dict, gpu_dtype: str) -> None:
+        """Pick and load the forward: fast_bert on the CPU, gpu_bert on a GPU, or the reference."""
+        from brb_pipeline.core.embedding import weights
+
+        if self.backend == "fast" and not weights.supports(self.model_dir):
+            log.info("Embedding - %s is not a plain BERT model: using the reference backend", self.name)
             self.backend = "reference"
-        if self.backend == "fast":
-            self._fast = fast_bert.FastBert(self.model_dir)
-            self.dim = self._fast.dim
+        if self.backend == "fast" and self.device == "cpu":
+            from brb_pipeline.core.embedding.fast_bert import FastBert
+
+            self._fast = FastBert(self.model_dir)
+            self.dim, self.forward = self._fast.dim, "fast_bert"
+        elif self.backend == "fast":
+            from brb_pipeline.core.embedding.gpu_bert import GpuBert
+
+            self._fast = GpuBert(self.model_dir, device=mlx_device("gpu"), dtype=gpu_dtype)
+            self.token_budget = gpu_token_budget(self.token_budget, self._fast.bytes_per_token(self.max_tokens))
+            self.dim, self.forward = self._fast.dim, f"gpu_bert {gpu_dtype}"
         else:
             from mlx_embeddings.utils import load
 
-            self._model, _ = load(str(self.model_dir))
+            with mx_stream(self.device):
+                self._model, _ = load(str(self.model_dir))
+                dequantized = weights.dequantize_model(self._model) if self.device == "cpu" else 0
             self.dim = int(getattr(self._model.config, "hidden_size", 0)) or int(cfg["hidden_size"])
+            self.forward = "reference" + (f", {dequantized} quantized layers dequantized" if dequantized else "")
 
     def _load_tokenizer(self):
         from tokenizers import Tokenizer
@@ -358,7 +332,7 @@ class MLXEmbedder:
         batches = token_budget_batches(lengths, self.token_budget)
         out = np.empty((n, self.dim), np.float32)
         prev_threads = blas_threads()
-        if self.backend == "fast" and len(self._fast.streams) > 1:
+        if self.forward == "fast_bert" and len(self._fast.streams) > 1:
             set_blas_threads(1)  # one GEMM thread per stream: no oversubscription
         try:
             for idx in batches:
@@ -382,6 +356,10 @@ class MLXEmbedder:
         """(rows, width) padded ids + (rows,) lengths -> (rows, dim) normalized float32."""
         if self.backend == "fast":
             return self._fast.embed_batch(ids, lengths)
+        with mx_stream(self.device):
+            return self._reference_batch(ids, lengths)
+
+    def _reference_batch(self, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         import mlx.core as mx
 
         mask_np = (np.arange(ids.shape[1])[None, :] < lengths[:, None]).astype(np.int32)
@@ -398,16 +376,34 @@ class MLXEmbedder:
         return np.array(emb, dtype=np.float32)
 
 
-def load_embedder(settings: Any) -> Embedder:
-    """Build the embedder the settings ask for.
+def mx_stream(device: str) -> Any:
+    """A context manager that runs MLX ops on ``device`` ("cpu" / "gpu")."""
+    import mlx.core as mx
 
-    ``settings.embedding_model`` "hash" / "hash-<dim>" gives a :class:`HashEmbedder`;
-    anything else an :class:`MLXEmbedder` with ``embedding_backend``, ``max_tokens`` and
-    ``token_budget``.
-    """
-    name = str(settings.embedding_model)
+    return mx.stream(mlx_device(device))
+
+
+def build_embedder(spec: EmbedderSpec) -> Embedder:
+    """A new embedder for ``spec``: "hash" / "hash-<dim>" gives a :class:`HashEmbedder`,
+    anything else an :class:`MLXEmbedder`. Use :func:`load_embedder` to share one per process."""
+    name = spec.model
     if name == "hash" or re.fullmatch(r"hash-\d+", name):
         dim = int(name.split("-")[1]) if "-" in name else 384
-        return HashEmbedder(dim=dim, max_tokens=int(settings.max_tokens))
-    return MLXEmbedder(name, backend=str(settings.embedding_backend), max_tokens=int(settings.max_tokens),
-                       token_budget=int(settings.token_budget))
+        return HashEmbedder(dim=dim, max_tokens=spec.max_tokens)
+    return MLXEmbedder(name, backend=spec.backend, max_tokens=spec.max_tokens, token_budget=spec.token_budget,
+                       device=spec.device)
+
+
+_LOADED: dict[EmbedderSpec, Embedder] = {}
+_LOADED_LOCK = threading.Lock()
+
+
+def load_embedder(settings: Any) -> Embedder:
+    """The process's embedder for a settings object (see :meth:`EmbedderSpec.of`) or a spec,
+    loaded on first use and shared afterwards (by every thread: the forwards keep their MLX
+    streams per thread)."""
+    spec = settings if isinstance(settings, EmbedderSpec) else EmbedderSpec.of(settings)
+    with _LOADED_LOCK:
+        if spec not in _LOADED:
+            _LOADED[spec] = build_embedder(spec)
+        return _LOADED[spec]
