@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from brb_pipeline.core.store import duck  # noqa: E402
 from brb_pipeline.core.store import chunks as store
+from brb_pipeline.core.store.schema import TABLE_COLUMNS, table_ddl
 
 RESULTS = Path(__file__).resolve().parent / "results"
 BATCH = 128
@@ -102,10 +103,10 @@ def random_vectors(n: int, dim: int, seed: int = 0) -> np.ndarray:
 
 
 def _create(con, dim: int) -> None:
-    con.execute(store._table_ddl(dim))
+    con.execute(table_ddl(dim))
 
 
-_COLS = store.CHUNK_COLUMNS + ["lexical_extra", "embedding", "embedding_model"]
+_COLS = TABLE_COLUMNS
 
 
 def direct_executemany(con, tmp: Path, chunks: pl.DataFrame, emb: np.ndarray, model: str) -> int:

@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from brb_pipeline.cli_output import search_text, status_dict, status_lines
 from brb_pipeline.core.errors import BrbError, CancelledError
 from brb_pipeline.settings import Settings
 
@@ -257,66 +258,6 @@ def demo(messages, whatsapp, mail, progress_mode, home):
                err=True)
 
 
-def _iso_epoch(t: float | None) -> str | None:
-    from datetime import datetime, timezone
-
-    return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="seconds") if t else None
-
-
-def status_dict(s: Settings) -> dict[str, Any]:
-    """What is stored. Keys are documented in the README and only ever added to."""
-    from brb_pipeline.core import metadata
-
-    out: dict[str, Any] = {
-        "home": str(s.home), "messages": 0, "contacts": 0, "named_contacts": 0, "chunks": 0,
-        "embedding_model": None, "last_ingestion": None, "last_success": None, "channels": s.channels(), "clusters": 0,
-        "map": None, "indexes": None, "search_ready": False, "store_update_pending": False, "warnings": [],
-    }
-    if not s.brb_db.exists():
-        return out
-    metadata.settle_dead_runs(s.brb_db)  # a run whose process is gone is "interrupted", never "running"
-    contacts = metadata.read_contacts(s.brb_db)
-    if contacts.height:
-        out["contacts"] = contacts.height
-        out["messages"] = int(contacts["messages"].sum())
-        out["named_contacts"] = int((contacts["name_source"] == "addressbook").sum())
-    for key, status in (("last_ingestion", None), ("last_success", "success")):
-        run = metadata.last_run(s.brb_db, status=status)
-        if run:
-            out[key] = {k: run[k] for k in ("run_id", "status", "messages", "first_ts", "last_ts", "error")}
-            for t in ("started_at", "finished_at"):
-                out[key][t] = _iso_epoch(run[t])
-            if key == "last_ingestion":
-                out["warnings"] = json.loads(run.get("warnings_json") or "[]")
-    out["clusters"] = metadata.count_clusters(s.brb_db)
-    if s.duckdb_path.exists():
-        from brb_pipeline.core.store import duck
-        from brb_pipeline.core.store.index import index_status
-        from brb_pipeline.core.store.chunks import store_stats
-
-        try:
-            con = duck.connect(s.duckdb_path, read_only=True)
-            try:
-                st = store_stats(con)
-                out["chunks"] = int(st.get("chunks", 0))
-                out["embedding_model"] = duck.get_meta(con, "embedding_model")
-                ix = index_status(con)
-            finally:
-                con.close()
-            out["indexes"] = {k: {"present": bool(ix[k]["present"]), "rows": ix[k].get("rows"),
-                                  "matches_chunks": bool(ix[k]["present"] and not ix[k]["stale"])}
-                              for k in ("hnsw", "fts")}
-            out["search_ready"] = bool(ix["ready"])
-        except BrbError as e:
-            out["store_error"] = str(e)
-    from brb_pipeline.pipeline import paths
-
-    out["store_update_pending"] = paths.store_next(s).exists()
-    m = s.insights_dir / "map.html"
-    out["map"] = str(m) if m.exists() else None
-    return out
-
-
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @home_opt
@@ -327,16 +268,7 @@ def status(as_json, home):
     if as_json:
         click.echo(json.dumps(st, indent=2, default=str))
         return
-    ch = ", ".join(f"{k} {'on' if v else 'off'}" for k, v in st["channels"].items())
-    last = st["last_ingestion"] or {}
-    click.echo(f"home            {st['home']}\nmessages        {st['messages']:,}\ncontacts        {st['contacts']:,} "
-               f"({st['named_contacts']:,} named)\nchunks          {st['chunks']:,}\nembedding model {st['embedding_model']}\n"
-               f"clusters        {st['clusters']}\nchannels        {ch}\nlast ingestion  {last.get('status', 'never')}")
-    ix = st["indexes"] or {}
-    click.echo("indexes         " + (", ".join(
-        f"{k} {'ok' if v['matches_chunks'] else ('stale' if v['present'] else 'missing')}" for k, v in ix.items()) or "none"))
-    for w in st["warnings"]:
-        click.echo(f"warning         check {w.get('check')} on {w.get('asset')}")
+    click.echo("\n".join(status_lines(st)))
 
 
 @main.command()
@@ -432,16 +364,7 @@ def search(query, contacts, since, until, mode, k, channel, context, diversity, 
     if as_json:
         click.echo(json.dumps(out, indent=2, ensure_ascii=False, default=str))
         return
-    r = out["routing"]
-    if r["contact_ids"]:
-        click.echo(f"(searching {', '.join(r['matched'])}'s conversations for: {r['query']})")
-    for i, h in enumerate(out["hits"], 1):
-        click.echo(f"\n#{i}  {h['contact']}  {(h['start'] or '')[:16]}  score {h['scores']['fused']:.4f}")
-        click.echo(h["text"])
-    if not out["hits"]:
-        click.echo("no results")
-    elif out.get("confident") is False:
-        click.echo("\n(no close match: these are the nearest passages)")
+    click.echo(search_text(out))
     click.echo(f"\n{len(out['hits'])} results in {out['latency_ms']:.0f} ms ({out['mode']})", err=True)
 
 

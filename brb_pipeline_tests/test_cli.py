@@ -1,5 +1,7 @@
-"""The `brb` command line through its entry point, in subprocesses, on real files.
+"""The `brb` command line through its entry point, on real files.
 
+In-process with click's CliRunner (exact messages and exit codes); in a subprocess only where a
+real process matters: a lock held by another process, JSON lines on the real stdout, signals.
 Every run uses the deterministic hash embedder (BRB_EMBEDDING_MODEL=hash): these tests are about
 the command line, errors, progress and cancellation, not the model.
 """
@@ -14,15 +16,36 @@ import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner, Result
 
+from brb_pipeline.cli import main
 from brb_pipeline.demo.generate import build_demo_archive
 
-ENV = {**os.environ, "BRB_EMBEDDING_MODEL": "hash", "BRB_HDBSCAN_MIN_CLUSTER_SIZE": "8", "PYTHONUNBUFFERED": "1"}
+CLI_ENV = {"BRB_EMBEDDING_MODEL": "hash", "BRB_HDBSCAN_MIN_CLUSTER_SIZE": "8"}
+ENV = {**os.environ, **CLI_ENV, "PYTHONUNBUFFERED": "1"}
 
 
 def brb(*args, home: Path, timeout=300, env=None, **kw) -> subprocess.CompletedProcess:
+    """``brb ARGS --home HOME`` in its own process."""
     return subprocess.run([sys.executable, "-m", "brb_pipeline.cli", *args, "--home", str(home)],
                           capture_output=True, text=True, timeout=timeout, env=env or ENV, stdin=subprocess.DEVNULL, **kw)
+
+
+def cli(*args, home: Path, input: str | None = None) -> Result:
+    """``brb ARGS --home HOME`` in this process; stdout and stderr apart."""
+    had_pandas = "pandas" in sys.modules
+    try:
+        return CliRunner().invoke(main, [*map(str, args), "--home", str(home)], env=CLI_ENV, prog_name="brb",
+                                  input=input, catch_exceptions=False)
+    finally:
+        if not had_pandas and sys.modules.get("pandas", False) is None:
+            del sys.modules["pandas"]  # `brb search` hides pandas from its own process only
+
+
+def status_json(home: Path) -> dict:
+    r = cli("status", "--json", home=home)
+    assert r.exit_code == 0, r.stderr
+    return json.loads(r.stdout)
 
 
 @pytest.fixture(scope="module")
@@ -33,13 +56,14 @@ def archive(tmp_path_factory):
 @pytest.fixture(scope="module")
 def ingested_home(archive, tmp_path_factory):
     home = tmp_path_factory.mktemp("cli_home")
-    r = brb("ingest", "--chat-db", str(archive.chat_db), "--addressbook", str(archive.addressbook_dir),
-            "--progress", "none", home=home)
-    assert r.returncode == 0, r.stderr[-2000:]
+    r = cli("ingest", "--chat-db", archive.chat_db, "--addressbook", archive.addressbook_dir, "--progress", "none",
+            home=home)
+    assert r.exit_code == 0, r.stderr[-2000:]
     return home
 
 
 def _one_line_error(r):
+    """The one ``brb:`` line of a failed subprocess, which printed no traceback."""
     assert r.returncode != 0
     errors = [line for line in r.stderr.splitlines() if line.startswith("brb:")]
     assert len(errors) == 1, r.stderr[-2000:]
@@ -47,17 +71,26 @@ def _one_line_error(r):
     return errors[0]
 
 
+def _error(r: Result, code: int = 2) -> str:
+    """The whole stderr of a failed in-process run (one line), after checking its exit code and
+    that nothing reached stdout."""
+    assert r.exit_code == code, (r.exit_code, r.stderr[-2000:])
+    assert r.stdout == ""
+    assert r.stderr.count("\n") == 1, r.stderr[-2000:]
+    return r.stderr
+
+
 def test_missing_chat_db(tmp_path):
-    line = _one_line_error(brb("ingest", "--chat-db", str(tmp_path / "nope.db"), home=tmp_path / "h"))
-    assert "not found" in line and "nope.db" in line
+    r = cli("ingest", "--chat-db", tmp_path / "nope.db", home=tmp_path / "h")
+    assert _error(r) == f"brb: error: chat.db not found at {tmp_path / 'nope.db'}: check the path\n"
 
 
 def test_not_a_database(tmp_path):
     (tmp_path / "src").mkdir()
     p = tmp_path / "src" / "chat.db"
     p.write_text("this is a text file, not SQLite\n" * 10)
-    line = _one_line_error(brb("ingest", "--chat-db", str(p), home=tmp_path / "h"))
-    assert "not an SQLite database" in line
+    r = cli("ingest", "--chat-db", p, home=tmp_path / "h")
+    assert _error(r) == f"brb: error: chat.db at {p} is not an SQLite database\n"
 
 
 def test_sqlite_but_not_a_chat_db(tmp_path):
@@ -67,12 +100,14 @@ def test_sqlite_but_not_a_chat_db(tmp_path):
     con.execute("CREATE TABLE notes (id INTEGER, body TEXT)")
     con.commit()
     con.close()
-    line = _one_line_error(brb("ingest", "--chat-db", str(p), home=tmp_path / "h"))
-    assert "message" in line or "chat.db" in line
+    r = cli("ingest", "--chat-db", p, home=tmp_path / "h")
+    snap = tmp_path / "h" / "snapshot" / "chat.db"
+    assert _error(r) == f"brb: error: chat.db at {snap} has no table 'message': is this really a chat.db?\n"
 
 
 def test_locked_database_keeps_earlier_ingestion(archive, ingested_home):
-    before = json.loads(brb("status", "--json", home=ingested_home).stdout)
+    before = status_json(ingested_home)
+    # Messages.app holds the lock from its own process: the ingest runs in another one
     locker = sqlite3.connect(archive.chat_db, timeout=0, isolation_level=None)
     locker.execute("BEGIN EXCLUSIVE")
     try:
@@ -81,10 +116,10 @@ def test_locked_database_keeps_earlier_ingestion(archive, ingested_home):
         locker.execute("ROLLBACK")
         locker.close()
     assert "locked" in line
-    after = json.loads(brb("status", "--json", home=ingested_home).stdout)
+    after = status_json(ingested_home)
     assert after["chunks"] == before["chunks"] > 0 and after["messages"] == before["messages"]
-    r = brb("search", "weekend", "--mode", "lexical", "--json", home=ingested_home)
-    assert r.returncode == 0 and json.loads(r.stdout)["hits"]
+    r = cli("search", "weekend", "--mode", "lexical", "--json", home=ingested_home)
+    assert r.exit_code == 0 and json.loads(r.stdout)["hits"]
 
 
 def test_undecodable_bodies_are_counted_not_fatal(tmp_path):
@@ -102,9 +137,8 @@ def test_undecodable_bodies_are_counted_not_fatal(tmp_path):
     b.add_message(c, h, None, ts=t.replace(hour=2), text_mode="body_null", raw_body=b"\x04\x0bstreamtyped\x81\xe8\x03garbage")
     b.close()
     home = tmp_path / "h"
-    r = brb("ingest", "--chat-db", str(tmp_path / "src" / "chat.db"), "--progress", "none", "--no-insights",
-            home=home)
-    assert r.returncode == 0, r.stderr[-2000:]
+    r = cli("ingest", "--chat-db", tmp_path / "src" / "chat.db", "--progress", "none", "--no-insights", home=home)
+    assert r.exit_code == 0, r.stderr[-2000:]
     con = sqlite3.connect(home / "brb.db")
     stats = json.loads(con.execute("SELECT stats_json FROM ingestion_runs ORDER BY started_at DESC").fetchone()[0])
     con.close()
@@ -112,8 +146,8 @@ def test_undecodable_bodies_are_counted_not_fatal(tmp_path):
 
 
 def test_status_json_keys_on_empty_and_full_home(tmp_path, ingested_home):
-    empty = json.loads(brb("status", "--json", home=tmp_path / "empty").stdout)
-    full = json.loads(brb("status", "--json", home=ingested_home).stdout)
+    empty = status_json(tmp_path / "empty")
+    full = status_json(ingested_home)
     for st in (empty, full):
         assert {"messages", "contacts", "named_contacts", "chunks", "embedding_model", "last_ingestion",
                 "channels", "clusters"} <= set(st)
@@ -125,20 +159,48 @@ def test_status_json_keys_on_empty_and_full_home(tmp_path, ingested_home):
     assert full["embedding_model"] == "hash-64" or full["embedding_model"].startswith("hash")
 
 
+def test_status_text_on_empty_and_full_home(tmp_path, ingested_home):
+    r = cli("status", home=tmp_path / "empty")
+    assert r.exit_code == 0 and r.stderr == ""
+    assert r.stdout == (
+        f"home            {tmp_path / 'empty'}\nmessages        0\ncontacts        0 (0 named)\nchunks          0\n"
+        "embedding model None\nclusters        0\nchannels        imessage on, whatsapp off\n"
+        "last ingestion  never\nindexes         none\n"
+    )
+    st = status_json(ingested_home)
+    lines = cli("status", home=ingested_home).stdout.splitlines()
+    assert lines[:4] == [f"home            {ingested_home}", f"messages        {st['messages']:,}",
+                         f"contacts        {st['contacts']:,} ({st['named_contacts']:,} named)",
+                         f"chunks          {st['chunks']:,}"]
+    assert lines[8] == "indexes         hnsw ok, fts ok"
+
+
 def test_search_json_and_insights_path(ingested_home):
-    r = brb("search", "movies", "-k", "4", "--json", home=ingested_home)
-    assert r.returncode == 0, r.stderr
+    r = cli("search", "movies", "-k", "4", "--json", home=ingested_home)
+    assert r.exit_code == 0, r.stderr
     out = json.loads(r.stdout)
     assert len(out["hits"]) == 4
     hit = out["hits"][0]
     assert {"chunk_id", "contact", "start", "end", "scores", "text"} <= set(hit)
     assert {"vector", "lexical", "fused"} <= set(hit["scores"])
-    r = brb("insights", home=ingested_home)
-    assert r.returncode == 0 and r.stdout.strip().splitlines()[-1].endswith("map.html")
+    r = cli("insights", home=ingested_home)
+    assert r.exit_code == 0 and r.stdout == f"{ingested_home / 'insights' / 'map.html'}\n"
+
+
+def test_search_text_lists_numbered_hits(ingested_home):
+    out = json.loads(cli("search", "movies", "-k", "3", "--json", home=ingested_home).stdout)
+    r = cli("search", "movies", "-k", "3", home=ingested_home)
+    assert r.exit_code == 0, r.stderr
+    heads = [line for line in r.stdout.splitlines() if line.startswith("#")]
+    assert heads == [f"#{i}  {h['contact']}  {(h['start'] or '')[:16]}  score {h['scores']['fused']:.4f}"
+                     for i, h in enumerate(out["hits"], 1)]
+    assert out["hits"][0]["text"] in r.stdout
+    assert r.stderr.startswith("\n3 results in ") and r.stderr.endswith(" ms (hybrid)\n")
 
 
 def test_search_session_reads_queries_from_stdin(ingested_home):
-    one = json.loads(brb("search", "movies", "-k", "3", "--json", home=ingested_home).stdout)
+    one = json.loads(cli("search", "movies", "-k", "3", "--json", home=ingested_home).stdout)
+    # a host app reads one flushed JSON line per query from the real stdout of a real process
     r = subprocess.run([sys.executable, "-m", "brb_pipeline.cli", "search", "-", "-k", "3", "--home", str(ingested_home)],
                        input="movies\n\n  dinner tonight  \n", capture_output=True, text=True, timeout=300, env=ENV)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -149,8 +211,52 @@ def test_search_session_reads_queries_from_stdin(ingested_home):
 
 
 def test_search_on_empty_home_is_a_clear_error(tmp_path):
-    line = _one_line_error(brb("search", "anything", home=tmp_path / "empty"))
-    assert "brb ingest" in line
+    r = cli("search", "anything", home=tmp_path / "empty")
+    assert _error(r) == f"brb: error: no search store in {tmp_path / 'empty'}: run `brb ingest` (or `brb demo`) first\n"
+
+
+def _usage_error(command: str, usage: str, message: str) -> str:
+    return f"Usage: brb {command} [OPTIONS] {usage}\nTry 'brb {command} --help' for help.\n\nError: {message}\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        # a date fromisoformat cannot read
+        (["--since", "yesterday"], "Invalid value for --since: 'yesterday' is not a date like 2024-05-01 or 2024-05-01T18:00"),
+        (["--until", "2024-13-01"], "Invalid value for --until: '2024-13-01' is not a date like 2024-05-01 or 2024-05-01T18:00"),
+        # -k outside 1..200
+        (["-k", "0"], "Invalid value for '-k': 0 is not in the range 1<=x<=200."),
+        (["-k", "201"], "Invalid value for '-k': 201 is not in the range 1<=x<=200."),
+        (["-k", "ten"], "Invalid value for '-k': 'ten' is not a valid integer range."),
+        # diversity is in (0, 1]
+        (["--diversity", "1.5"], "Invalid value for '--diversity': 1.5 is not in the range 0.0<x<=1.0."),
+        (["--mode", "fuzzy"], "Invalid value for '--mode': 'fuzzy' is not one of 'hybrid', 'vector', 'lexical'."),
+    ],
+)
+def test_search_bad_options_are_usage_errors(tmp_path, args, message):
+    r = cli("search", "movies", *args, home=tmp_path / "empty")
+    assert r.exit_code == 2 and r.stdout == ""
+    assert r.stderr == _usage_error("search", "QUERY", message)
+    assert not (tmp_path / "empty").exists()  # refused before anything is opened or written
+
+
+def test_unknown_contact_is_one_line(ingested_home):
+    msg = "brb: error: no contact matches 'Nobody Atall': see `brb status` or use a handle (+15551234567, a@b.com)\n"
+    before = status_json(ingested_home)
+    assert _error(cli("search", "movies", "--contact", "Nobody Atall", home=ingested_home)) == msg
+    assert _error(cli("ingest", "--contact", "Nobody Atall", "--progress", "none", home=ingested_home)) == msg
+    assert _error(cli("forget", "--contact", "Nobody Atall", "--yes", home=ingested_home)) == msg
+    assert status_json(ingested_home)["chunks"] == before["chunks"]
+
+
+def test_commands_before_any_ingest_say_what_to_run(tmp_path):
+    home = tmp_path / "empty"
+    assert _error(cli("insights", home=home)) == (
+        f"brb: error: no insights map in {home / 'insights'}: run `brb ingest` (or `brb demo`) first\n")
+    assert _error(cli("forget", "--contact", "Ayşe", "--yes", home=home)) == f"brb: error: nothing stored in {home}\n"
+    r = cli("search-log", home=home)
+    assert r.exit_code == 0 and r.stdout == "[]\n"
 
 
 STRAY = """
@@ -193,7 +299,8 @@ def test_jsonl_error_is_a_result_line(tmp_path):
     assert r.returncode != 0
     last = json.loads(r.stdout.splitlines()[-1])
     assert last == {"type": "result", "success": False,
-                    "error": {"kind": "SourceMissingError", "message": last["error"]["message"]}}
+                    "error": {"kind": "SourceMissingError",
+                              "message": f"chat.db not found at {tmp_path / 'missing.db'}: check the path"}}
 
 
 SLOW = """
@@ -214,9 +321,9 @@ main()
 
 def test_sigint_mid_embedding_leaves_previous_store_usable(archive, tmp_path):
     home = tmp_path / "h"
-    r = brb("ingest", "--chat-db", str(archive.chat_db), "--progress", "none", "--no-insights", home=home)
-    assert r.returncode == 0, r.stderr[-2000:]
-    before = json.loads(brb("status", "--json", home=home).stdout)
+    r = cli("ingest", "--chat-db", archive.chat_db, "--progress", "none", "--no-insights", home=home)
+    assert r.exit_code == 0, r.stderr[-2000:]
+    before = status_json(home)
     # re-embed everything with a slow embedder so the run is long enough to interrupt
     p = subprocess.Popen([sys.executable, "-c", SLOW, "ingest", "--reembed", "--progress", "jsonl", "--no-insights",
                           "--home", str(home)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -235,33 +342,35 @@ def test_sigint_mid_embedding_leaves_previous_store_usable(archive, tmp_path):
     assert p.returncode == 130, p.stderr.read()[-2000:]
     last = json.loads(rest.strip().splitlines()[-1])
     assert last["success"] is False and last["error"]["kind"] == "CancelledError"
-    after = json.loads(brb("status", "--json", home=home).stdout)
+    after = status_json(home)
     assert after["chunks"] == before["chunks"] and after["last_ingestion"]["status"] == "cancelled"
-    r = brb("search", "weekend", "--mode", "lexical", "--json", home=home)
-    assert r.returncode == 0 and json.loads(r.stdout)["hits"]
+    r = cli("search", "weekend", "--mode", "lexical", "--json", home=home)
+    assert r.exit_code == 0 and json.loads(r.stdout)["hits"]
 
 
 def test_home_inside_the_messages_folder_is_refused(tmp_path):
     src = tmp_path / "Messages"
     src.mkdir()
     sqlite3.connect(src / "chat.db").close()
-    line = _one_line_error(brb("ingest", "--chat-db", str(src / "chat.db"), home=src / "brb"))
-    assert "inside source folder" in line
+    r = cli("ingest", "--chat-db", src / "chat.db", home=src / "brb")
+    assert _error(r) == (f"brb: error: snapshot folder {src / 'brb'} is inside source folder {src}; "
+                         "choose another --home\n")
     assert sorted(p.name for p in src.iterdir()) == ["chat.db"]  # nothing written next to the source
 
 
 def test_search_passages_floor_and_diversity_from_the_command_line(ingested_home):
-    out = json.loads(brb("search", "movies", "-k", "5", "--json", home=ingested_home).stdout)
+    out = json.loads(cli("search", "movies", "-k", "5", "--json", home=ingested_home).stdout)
     assert all(h["chunk_ids"] and h["chunk_ids"][0] == h["chunk_id"] for h in out["hits"])
     assert {"confident", "top_similarity", "specific", "merged"} <= set(out)
     assert "embed" in out["timings_ms"]
-    div = json.loads(brb("search", "movies", "-k", "5", "--diversity", "--json", home=ingested_home).stdout)
+    div = json.loads(cli("search", "movies", "-k", "5", "--diversity", "--json", home=ingested_home).stdout)
     assert len(div["hits"]) == 5
-    bad = brb("search", "movies", "--diversity", "1.5", home=ingested_home)
-    assert bad.returncode == 2 and "1.5" in bad.stderr
+    bad = cli("search", "movies", "--diversity", "1.5", home=ingested_home)
+    assert bad.exit_code == 2 and bad.stderr == _usage_error(
+        "search", "QUERY", "Invalid value for '--diversity': 1.5 is not in the range 0.0<x<=1.0.")
     # A query nothing is close to: the nearest passages, and a line that says so.
-    far = brb("search", "qqqq zzzz xxxx", "--mode", "vector", "--json", home=ingested_home)
+    far = cli("search", "qqqq zzzz xxxx", "--mode", "vector", "--json", home=ingested_home)
     low = json.loads(far.stdout)
     assert low["hits"] and low["top_similarity"] < 0.39 and low["confident"] is False
-    text = brb("search", "qqqq zzzz xxxx", "--mode", "vector", home=ingested_home).stdout
+    text = cli("search", "qqqq zzzz xxxx", "--mode", "vector", home=ingested_home).stdout
     assert "no close match: these are the nearest passages" in text

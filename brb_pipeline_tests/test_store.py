@@ -70,6 +70,49 @@ def test_chunk_arrow_schema_types():
     assert s.field("embedding_model").type == pa.string()
 
 
+# The table text of every store written so far: `CREATE TABLE IF NOT EXISTS` must keep matching it.
+STORED_DDL_384 = (
+    "CREATE TABLE IF NOT EXISTS chunks ("
+    "chunk_id VARCHAR NOT NULL, batch VARCHAR NOT NULL, contact_id VARCHAR, chat_id VARCHAR, "
+    "channel VARCHAR, conversation INTEGER, position INTEGER, "
+    "first_message_id VARCHAR, last_message_id VARCHAR, "
+    "start_ts TIMESTAMPTZ, end_ts TIMESTAMPTZ, message_count INTEGER, "
+    "content VARCHAR, embedding_text VARCHAR, lexical_extra VARCHAR, "
+    "embedding FLOAT[384] NOT NULL, embedding_model VARCHAR NOT NULL)"
+)
+
+
+def test_chunk_layout_is_derived_from_one_declaration(tmp_path):
+    from brb_pipeline.core import chunking
+    from brb_pipeline.core.store import schema
+
+    assert schema.table_ddl(384) == STORED_DDL_384
+    arrow = schema.chunk_arrow_schema(384)
+    # partition files: the declaration's columns in order; the frame: its chunking columns
+    assert arrow.names == [c.name for c in schema.COLUMNS]
+    assert schema.CHUNK_COLUMNS == [c.name for c in schema.COLUMNS if c.made_by == "chunking"]
+    assert chunking.CHUNK_SCHEMA is schema.CHUNK_SCHEMA
+    assert schema.CHUNK_COLUMNS == arrow.names[: len(schema.CHUNK_COLUMNS)]
+    assert schema.TABLE_COLUMNS == [*schema.CHUNK_COLUMNS, "lexical_extra", "embedding", "embedding_model"]
+    # the polars frame has the partition's Arrow types column for column (polars writes large strings)
+    frame_arrow = pl.DataFrame(schema=schema.CHUNK_SCHEMA).to_arrow().schema
+    for name in schema.CHUNK_COLUMNS:
+        want = arrow.field(name).type
+        assert frame_arrow.field(name).type == (pa.large_string() if want == pa.string() else want), name
+    # the table DuckDB creates from the DDL has the table columns, and reads a partition file as is
+    con = duck.connect(tmp_path / "s.duckdb")
+    con.execute(schema.table_ddl(DIM))
+    cols = con.execute("SELECT column_name, is_nullable FROM duckdb_columns() WHERE table_name = 'chunks' "
+                       "ORDER BY column_index").fetchall()
+    assert [c for c, _ in cols] == schema.TABLE_COLUMNS
+    assert [c for c, nullable in cols if not nullable] == [c.name for c in schema.COLUMNS if c.not_null]
+    p = write(tmp_path, "batch-001", "a", 3)
+    cols_sql = ", ".join(schema.TABLE_COLUMNS)
+    con.execute(f"INSERT INTO chunks ({cols_sql}) SELECT {cols_sql} FROM read_parquet(?)", [str(p)])
+    assert con.execute("SELECT count(*), any_value(len(embedding)) FROM chunks").fetchone() == (3, DIM)
+    con.close()
+
+
 def test_write_partition_roundtrip_and_atomic(tmp_path):
     emb = make_vectors(5, 1)
     p = store.write_partition(tmp_path, "batch-001", make_chunks("batch-001", "a", 5), emb, "m@abc")

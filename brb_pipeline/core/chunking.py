@@ -45,25 +45,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import polars as pl
 
 from brb_pipeline.core.errors import SettingsError
-
-CHUNK_SCHEMA = pl.Schema(
-    {
-        "chunk_id": pl.Utf8,
-        "batch": pl.Utf8,
-        "contact_id": pl.Utf8,
-        "chat_id": pl.Utf8,
-        "channel": pl.Utf8,
-        "conversation": pl.Int32,
-        "position": pl.Int32,
-        "first_message_id": pl.Utf8,
-        "last_message_id": pl.Utf8,
-        "start_ts": pl.Datetime("us", "UTC"),
-        "end_ts": pl.Datetime("us", "UTC"),
-        "message_count": pl.Int32,
-        "content": pl.Utf8,
-        "embedding_text": pl.Utf8,
-    }
-)
+from brb_pipeline.core.store.schema import CHUNK_SCHEMA  # the frame chunking hands to the store
 
 CHUNK_FORMAT = "v3-local"  # part of every batch's embedding key: a layout change re-embeds
 

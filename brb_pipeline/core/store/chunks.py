@@ -25,56 +25,15 @@ import pyarrow.parquet as pq
 from brb_pipeline.core import faults
 from brb_pipeline.core.store import index as index_mod
 from brb_pipeline.core.store.duck import META_DDL, get_meta, set_meta, table_exists
+from brb_pipeline.core.store.schema import CHUNK_COLUMNS, TABLE_COLUMNS, chunk_arrow_schema, table_ddl
 from brb_pipeline.core.errors import StoreError
 
 log = logging.getLogger(__name__)
 
-#: Columns of the chunk frame handed over by chunking, in table order (types in the schema).
-CHUNK_COLUMNS = [
-    "chunk_id", "batch", "contact_id", "chat_id", "channel", "conversation", "position",
-    "first_message_id", "last_message_id", "start_ts", "end_ts", "message_count",
-    "content", "embedding_text",
-]  # fmt: skip
 _BATCH_KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _META_MODEL = b"brb.embedding_model"
 _META_DIM = b"brb.dim"
 _DICT_COLUMNS = ["batch", "contact_id", "chat_id", "channel", "embedding_model"]
-
-
-def chunk_arrow_schema(dim: int) -> pa.Schema:
-    """Arrow schema of one partition file.
-
-    Args:
-        dim: embedding dimension; ``embedding`` is a fixed-size list of ``dim`` float32.
-    """
-    s, i32 = pa.string(), pa.int32()
-    ts = pa.timestamp("us", tz="UTC")
-    return pa.schema(
-        [
-            ("chunk_id", s), ("batch", s), ("contact_id", s), ("chat_id", s), ("channel", s),
-            ("conversation", i32), ("position", i32),
-            ("first_message_id", s), ("last_message_id", s),
-            ("start_ts", ts), ("end_ts", ts), ("message_count", i32),
-            ("content", s), ("embedding_text", s), ("lexical_extra", s),
-            ("embedding", pa.list_(pa.float32(), int(dim))),
-            ("embedding_model", s), ("dim", i32),
-        ]
-    )  # fmt: skip
-
-
-def _table_ddl(dim: int) -> str:
-    return (
-        "CREATE TABLE IF NOT EXISTS chunks ("
-        "chunk_id VARCHAR NOT NULL, batch VARCHAR NOT NULL, contact_id VARCHAR, chat_id VARCHAR, "
-        "channel VARCHAR, conversation INTEGER, position INTEGER, "
-        "first_message_id VARCHAR, last_message_id VARCHAR, "
-        "start_ts TIMESTAMPTZ, end_ts TIMESTAMPTZ, message_count INTEGER, "
-        "content VARCHAR, embedding_text VARCHAR, lexical_extra VARCHAR, "
-        f"embedding FLOAT[{int(dim)}] NOT NULL, embedding_model VARCHAR NOT NULL)"
-    )
-
-
-_INSERT_COLUMNS = CHUNK_COLUMNS + ["lexical_extra", "embedding", "embedding_model"]
 
 
 def partition_path(staging_dir: Path, batch: str) -> Path:
@@ -122,13 +81,13 @@ def write_partition(
     schema = chunk_arrow_schema(dim)
     frame = chunks.select(CHUNK_COLUMNS).with_columns(pl.Series("lexical_extra", _lexical_extras(chunks["content"], region)))
     base = frame.to_arrow()
-    arrays = [base.column(name).cast(schema.field(name).type) for name in schema.names[:15]]
+    arrays = {name: base.column(name).cast(schema.field(name).type) for name in base.column_names}
     # Zero-copy: the float buffer of the fixed-size list is the numpy array itself.
-    arrays.append(pa.FixedSizeListArray.from_arrays(pa.array(emb.reshape(-1)), dim))
-    arrays.append(pa.repeat(pa.scalar(embedding_model, pa.string()), n))
-    arrays.append(pa.array(np.full(n, dim, dtype=np.int32)))
+    arrays["embedding"] = pa.FixedSizeListArray.from_arrays(pa.array(emb.reshape(-1)), dim)
+    arrays["embedding_model"] = pa.repeat(pa.scalar(embedding_model, pa.string()), n)
+    arrays["dim"] = pa.array(np.full(n, dim, dtype=np.int32))
     schema = schema.with_metadata({_META_MODEL: embedding_model.encode(), _META_DIM: str(dim).encode()})
-    table = pa.Table.from_arrays(arrays, schema=schema)
+    table = pa.Table.from_arrays([arrays[name] for name in schema.names], schema=schema)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
@@ -199,7 +158,9 @@ def _partition_facts(paths: Mapping[str, Path]) -> tuple[str | None, int | None,
     return model, dim, files
 
 
-def _stored_facts(con: duckdb.DuckDBPyConnection) -> tuple[str | None, int | None, int]:
+def stored_facts(con: duckdb.DuckDBPyConnection) -> tuple[str | None, int | None, int]:
+    """Embedding model, dimension and row count of the stored chunks (``(None, None, 0)`` without
+    a table): the model and dimension from ``meta``, else from a row and the column type."""
     if not table_exists(con, "chunks"):
         return None, None, 0
     rows = int(con.execute("SELECT count(*) FROM chunks").fetchone()[0])
@@ -245,54 +206,19 @@ def load_partitions(
     paths = {b: Path(p) for b, p in parquet_paths.items()}
     for b in paths:
         partition_path(Path("."), b)  # validates the key
-    removed = sorted(set(remove_batches) - set(paths))
     model, dim, files = _partition_facts(paths)
-    report = LoadReport(batches=sorted(paths), removed_batches=removed, embedding_model=model, dim=dim)
-    stored_model, stored_dim, stored_rows = _stored_facts(con)
-    if model is not None and stored_dim is not None:
-        differs = dim != stored_dim or (stored_model is not None and model != stored_model)
-        if differs and stored_rows and not replace_all:
-            raise StoreError(
-                f"the store holds {stored_model} ({stored_dim}-d) vectors but the new chunks use "
-                f"{model} ({dim}-d): run `brb ingest --reembed` to re-embed everything"
-            )
-        replace_all = replace_all or differs  # an empty table of the old shape is just dropped
+    report = LoadReport(batches=sorted(paths), removed_batches=sorted(set(remove_batches) - set(paths)),
+                        embedding_model=model, dim=dim)
+    stored_model, stored_dim, stored_rows = stored_facts(con)
+    replace_all = _replaces_all(report, stored_model, stored_dim, stored_rows, replace_all)
     if model is None and stored_dim is None:
         # Nothing stored and nothing to load: only the removal of unknown batches was asked.
         report.seconds = time.perf_counter() - t0
         return report
     con.execute("BEGIN TRANSACTION")
     try:
-        con.execute(META_DDL)
-        if replace_all:
-            index_mod.drop_indexes(con)
-            if table_exists(con, "chunks"):
-                report.deleted = stored_rows
-                con.execute("DROP TABLE chunks")
-            report.replaced_all = True
-        con.execute(_table_ddl(dim if dim is not None else stored_dim))
-        index_mod.drop_indexes(con)
-        keys = sorted(set(paths) | set(removed))
-        n = con.execute("DELETE FROM chunks WHERE batch IN (SELECT unnest(?::VARCHAR[]))", [keys]).fetchone()[0]
-        report.deleted += int(n)
-        if files:
-            src = "read_parquet(?::VARCHAR[], hive_partitioning = false)"
-            bad = con.execute(
-                f"SELECT DISTINCT batch FROM {src} WHERE batch NOT IN (SELECT unnest(?::VARCHAR[]))",
-                [files, sorted(paths)],
-            ).fetchall()
-            if bad:
-                raise StoreError("a partition file holds chunks of another batch: rerun that partition")
-            # Contacts that moved to one of these batches leave their old batch.
-            n = con.execute(
-                f"DELETE FROM chunks WHERE contact_id IN (SELECT DISTINCT contact_id FROM {src})",
-                [files],
-            ).fetchone()[0]
-            report.deleted += int(n)
-            report.inserted = _insert_files(con, files)
-        if model is not None:
-            set_meta(con, "embedding_model", model)
-            set_meta(con, "dim", dim)
+        _replace_rows(con, report, files, dim=dim if dim is not None else stored_dim,
+                      drop_rows=stored_rows if replace_all else None)
         faults.point("load_before_commit")
         _commit_checkpointed(con)
     except BaseException as exc:
@@ -314,6 +240,65 @@ def load_partitions(
     return report
 
 
+def _replaces_all(
+    report: LoadReport, stored_model: str | None, stored_dim: int | None, stored_rows: int, replace_all: bool
+) -> bool:
+    """Whether this load drops the whole table: asked for, or the stored table has another model
+    or dimension and is empty (an empty table of the old shape is just dropped).
+
+    Raises:
+        StoreError: stored rows of another model or dimension, and ``replace_all`` not given.
+    """
+    model, dim = report.embedding_model, report.dim
+    if model is None or stored_dim is None:
+        return replace_all
+    differs = dim != stored_dim or (stored_model is not None and model != stored_model)
+    if differs and stored_rows and not replace_all:
+        raise StoreError(
+            f"the store holds {stored_model} ({stored_dim}-d) vectors but the new chunks use "
+            f"{model} ({dim}-d): run `brb ingest --reembed` to re-embed everything"
+        )
+    return replace_all or differs
+
+
+def _replace_rows(
+    con: duckdb.DuckDBPyConnection, report: LoadReport, files: list[str], *, dim: int, drop_rows: int | None
+) -> None:
+    """The load's statements inside the caller's transaction: drop the table first when
+    ``drop_rows`` is given (it holds that many rows), delete the rows of the report's batches
+    and of the contacts in ``files``, insert ``files``, record the model and dimension."""
+    con.execute(META_DDL)
+    if drop_rows is not None:
+        index_mod.drop_indexes(con)
+        if table_exists(con, "chunks"):
+            report.deleted = drop_rows
+            con.execute("DROP TABLE chunks")
+        report.replaced_all = True
+    con.execute(table_ddl(dim))
+    index_mod.drop_indexes(con)
+    keys = sorted(set(report.batches) | set(report.removed_batches))
+    n = con.execute("DELETE FROM chunks WHERE batch IN (SELECT unnest(?::VARCHAR[]))", [keys]).fetchone()[0]
+    report.deleted += int(n)
+    if files:
+        src = "read_parquet(?::VARCHAR[], hive_partitioning = false)"
+        bad = con.execute(
+            f"SELECT DISTINCT batch FROM {src} WHERE batch NOT IN (SELECT unnest(?::VARCHAR[]))",
+            [files, report.batches],
+        ).fetchall()
+        if bad:
+            raise StoreError("a partition file holds chunks of another batch: rerun that partition")
+        # Contacts that moved to one of these batches leave their old batch.
+        n = con.execute(
+            f"DELETE FROM chunks WHERE contact_id IN (SELECT DISTINCT contact_id FROM {src})",
+            [files],
+        ).fetchone()[0]
+        report.deleted += int(n)
+        report.inserted = _insert_files(con, files)
+    if report.embedding_model is not None:
+        set_meta(con, "embedding_model", report.embedding_model)
+        set_meta(con, "dim", report.dim)
+
+
 INSERT_GROUP_ROWS = 16_384  # partition files are inserted together up to this many rows
 
 
@@ -329,7 +314,7 @@ def _insert_files(con: duckdb.DuckDBPyConnection, files: list[str]) -> int:
     Returns:
         Rows inserted.
     """
-    cols = ", ".join(_INSERT_COLUMNS)
+    cols = ", ".join(TABLE_COLUMNS)
     sql = f"INSERT INTO chunks ({cols}) SELECT {cols} FROM read_parquet(?::VARCHAR[], hive_partitioning = false)"
     groups: list[list[str]] = []
     rows_in_group = INSERT_GROUP_ROWS

@@ -17,7 +17,8 @@ from pathlib import Path
 from brb_pipeline.core.store import duck
 from brb_pipeline.core.store import index as index_mod
 from brb_pipeline.core.store.duck import META_DDL, get_meta, table_exists
-from brb_pipeline.core.store.chunks import _stored_facts, _table_ddl  # the store's own DDL and facts: one owner
+from brb_pipeline.core.store.chunks import stored_facts
+from brb_pipeline.core.store.schema import table_ddl
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ def compact_without(path: Path, contact_ids: Iterable[str]) -> int:
             con.close()
             con = None
             return 0
-        dim = int(_stored_facts(con)[1])  # meta's dim, else the column type's
+        dim = int(stored_facts(con)[1])  # meta's dim, else the column type's
         had_hnsw, had_fts = index_mod.hnsw_present(con), index_mod.fts_present(con)
         hnsw = dict(get_meta(con, "hnsw") or {})
         cols = [r[0] for r in con.execute(
@@ -71,7 +72,7 @@ def compact_without(path: Path, contact_ids: Iterable[str]) -> int:
         collist = ", ".join(f'"{c}"' for c in cols)
         con.execute(f"ATTACH {duck._literal(str(new))} AS {_NEW}")
         con.execute(f"USE {_NEW}")
-        con.execute(_table_ddl(dim))
+        con.execute(table_ddl(dim))
         con.execute(META_DDL)
         before = int(con.execute(f"SELECT count(*) FROM {duck.CATALOG}.main.chunks").fetchone()[0])
         con.execute(

@@ -1,0 +1,112 @@
+"""What the ``brb`` commands report: :func:`status_dict` (the keys the README documents) and the
+text forms of a status and of a search result."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+from brb_pipeline.core.errors import BrbError
+from brb_pipeline.settings import Settings
+
+
+def _iso_epoch(t: float | None) -> str | None:
+    return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="seconds") if t else None
+
+
+def status_dict(s: Settings) -> dict[str, Any]:
+    """What is stored. Keys are documented in the README and only ever added to."""
+    from brb_pipeline.core import metadata
+
+    out: dict[str, Any] = {
+        "home": str(s.home), "messages": 0, "contacts": 0, "named_contacts": 0, "chunks": 0,
+        "embedding_model": None, "last_ingestion": None, "last_success": None, "channels": s.channels(), "clusters": 0,
+        "map": None, "indexes": None, "search_ready": False, "store_update_pending": False, "warnings": [],
+    }
+    if not s.brb_db.exists():
+        return out
+    metadata.settle_dead_runs(s.brb_db)  # a run whose process is gone is "interrupted", never "running"
+    contacts = metadata.read_contacts(s.brb_db)
+    if contacts.height:
+        out["contacts"] = contacts.height
+        out["messages"] = int(contacts["messages"].sum())
+        out["named_contacts"] = int((contacts["name_source"] == "addressbook").sum())
+    for key, status in (("last_ingestion", None), ("last_success", "success")):
+        run = metadata.last_run(s.brb_db, status=status)
+        if run:
+            out[key] = {k: run[k] for k in ("run_id", "status", "messages", "first_ts", "last_ts", "error")}
+            for t in ("started_at", "finished_at"):
+                out[key][t] = _iso_epoch(run[t])
+            if key == "last_ingestion":
+                out["warnings"] = json.loads(run.get("warnings_json") or "[]")
+    out["clusters"] = metadata.count_clusters(s.brb_db)
+    if s.duckdb_path.exists():
+        _store_status(s, out)
+    from brb_pipeline.pipeline import paths
+
+    out["store_update_pending"] = paths.store_next(s).exists()
+    m = s.insights_dir / "map.html"
+    out["map"] = str(m) if m.exists() else None
+    return out
+
+
+def _store_status(s: Settings, out: dict[str, Any]) -> None:
+    """Fill ``out``'s chunk count, model, indexes and search readiness from ``brb.duckdb`` (or its
+    ``store_error``)."""
+    from brb_pipeline.core.store import duck
+    from brb_pipeline.core.store.chunks import store_stats
+    from brb_pipeline.core.store.index import index_status
+
+    try:
+        con = duck.connect(s.duckdb_path, read_only=True)
+        try:
+            st = store_stats(con)
+            out["chunks"] = int(st.get("chunks", 0))
+            out["embedding_model"] = duck.get_meta(con, "embedding_model")
+            ix = index_status(con)
+        finally:
+            con.close()
+        out["indexes"] = {k: {"present": bool(ix[k]["present"]), "rows": ix[k].get("rows"),
+                              "matches_chunks": bool(ix[k]["present"] and not ix[k]["stale"])}
+                          for k in ("hnsw", "fts")}
+        out["search_ready"] = bool(ix["ready"])
+    except BrbError as e:
+        out["store_error"] = str(e)
+
+
+def status_lines(st: dict[str, Any]) -> list[str]:
+    """``brb status`` as text, one line per fact, from :func:`status_dict`."""
+    ch = ", ".join(f"{k} {'on' if v else 'off'}" for k, v in st["channels"].items())
+    last = st["last_ingestion"] or {}
+    lines = [
+        f"home            {st['home']}",
+        f"messages        {st['messages']:,}",
+        f"contacts        {st['contacts']:,} ({st['named_contacts']:,} named)",
+        f"chunks          {st['chunks']:,}",
+        f"embedding model {st['embedding_model']}",
+        f"clusters        {st['clusters']}",
+        f"channels        {ch}",
+        f"last ingestion  {last.get('status', 'never')}",
+    ]
+    ix = st["indexes"] or {}
+    lines.append("indexes         " + (", ".join(
+        f"{k} {'ok' if v['matches_chunks'] else ('stale' if v['present'] else 'missing')}" for k, v in ix.items()) or "none"))
+    lines += [f"warning         check {w.get('check')} on {w.get('asset')}" for w in st["warnings"]]
+    return lines
+
+
+def search_text(out: dict[str, Any]) -> str:
+    """A search result (``run_search_cold``'s dict) as the text ``brb search`` prints on stdout."""
+    parts: list[str] = []
+    r = out["routing"]
+    if r["contact_ids"]:
+        parts.append(f"(searching {', '.join(r['matched'])}'s conversations for: {r['query']})")
+    for i, h in enumerate(out["hits"], 1):
+        parts.append(f"\n#{i}  {h['contact']}  {(h['start'] or '')[:16]}  score {h['scores']['fused']:.4f}")
+        parts.append(h["text"])
+    if not out["hits"]:
+        parts.append("no results")
+    elif out.get("confident") is False:
+        parts.append("\n(no close match: these are the nearest passages)")
+    return "\n".join(parts)
