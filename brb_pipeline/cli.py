@@ -15,19 +15,9 @@ from typing import Any
 
 import click
 
-from brb_pipeline.cli_output import search_text, status_dict, status_lines
+from brb_pipeline.cli_output import MAIL_WARNING, WHATSAPP_WARNING, search_text, status_dict, status_lines
 from brb_pipeline.core.errors import BrbError, CancelledError
 from brb_pipeline.settings import Settings
-
-WHATSAPP_WARNING = (
-    "WhatsApp channel ON: brb reads your WhatsApp ChatStorage.sqlite (read-only) into its store; "
-    "nothing else protects that file, keep the home dir private"
-)
-MAIL_WARNING = (
-    "Mail channel ON: brb reads your Mail Envelope Index and message bodies (read-only) into its store; "
-    "nothing else protects them, keep the home dir private"
-)
-
 
 class BrbGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:

@@ -10,6 +10,15 @@ from typing import Any
 from brb_pipeline.core.errors import BrbError
 from brb_pipeline.settings import Settings
 
+WHATSAPP_WARNING = (
+    "WhatsApp channel ON: brb reads your WhatsApp ChatStorage.sqlite (read-only) into its store; "
+    "nothing else protects that file, keep the home dir private"
+)
+MAIL_WARNING = (
+    "Mail channel ON: brb reads your Mail Envelope Index and message bodies (read-only) into its store; "
+    "nothing else protects them, keep the home dir private"
+)
+
 
 def _iso_epoch(t: float | None) -> str | None:
     return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="seconds") if t else None
