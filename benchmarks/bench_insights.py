@@ -248,7 +248,7 @@ def main() -> None:
     label_info: dict = {}
     if not args.no_map and true is not None:
         from brb_pipeline.core.insights.map import cluster_summary, write_map
-        from brb_pipeline.core.insights.labeling import ClusterDocs, TfidfLabeler
+        from brb_pipeline.core.insights.labels import ClusterDocs, TfidfLabeler
 
         texts, topics = synthetic_texts(true, args.seed)
         ids = sorted(set(res.labels.tolist()))

@@ -3,8 +3,8 @@
 Reads a home (brb.duckdb, staging/insights/clusters.parquet, brb.db contacts) read-only, builds
 the same cluster documents as ``run_labels`` and labels them twice, with no cache:
 
-- **c-TF-IDF**: :class:`~brb_pipeline.core.insights.labeling.TfidfLabeler` (contact names dropped);
-- **refined**: :class:`~brb_pipeline.core.insights.labeling.EmbeddingLabeler` over it (candidates re-ranked
+- **c-TF-IDF**: :class:`~brb_pipeline.core.insights.labels.TfidfLabeler` (contact names dropped);
+- **refined**: :class:`~brb_pipeline.core.insights.labels.EmbeddingLabeler` over it (candidates re-ranked
   by cosine to the cluster centroid with the store's embedding model, MMR, names/filler dropped);
 
 plus, when the home's ``labels.parquet`` exists, the **stored** labels (what the pipeline wrote
@@ -34,19 +34,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from brb_pipeline.core import metadata  # noqa: E402
 from brb_pipeline.core.embedding.models import load_embedder  # noqa: E402
-from brb_pipeline.core.insights.labeling import (  # noqa: E402
+from brb_pipeline.core.insights.labels import (  # noqa: E402
     ClusterDocs,
     EmbeddingLabeler,
+    LabelChain,
     TfidfLabeler,
     name_tokens,
     normalize_case,
     representatives,
 )
-from brb_pipeline.pipeline.insights import _load  # noqa: E402
+from brb_pipeline.pipeline.insights_io import load_store_with_model  # noqa: E402
 from brb_pipeline.settings import Settings  # noqa: E402
 
 # The brief's filler words plus a few more; fixed here so the count does not move with
-# labeling.CHAT_FILLER.
+# labels.CHAT_FILLER.
 FILLER = frozenset("alrighty yeet lol haha omg lmao yeah okay ok gonna wanna yep yup hmm lmfao "
                    "jaja mdr ouais tamam".split())
 
@@ -54,7 +55,7 @@ FILLER = frozenset("alrighty yeet lol haha omg lmao yeah okay ok gonna wanna yep
 def cluster_docs(s: Settings) -> tuple[list[ClusterDocs], np.ndarray, str | None, list[str]]:
     """(docs as run_labels builds them, (k, dim) unit centroids, store model id, direct contact
     display names)."""
-    rows, emb, _, model = _load(s, ("chunk_id", "content"))
+    rows, emb, _, model = load_store_with_model(s, ("chunk_id", "content"))
     labels = pl.read_parquet(s.staging_dir / "insights" / "clusters.parquet")["cluster_id"].to_numpy()
     contents = rows["content"].to_list()
     docs, cents = [], []
@@ -107,7 +108,8 @@ def main() -> None:
     columns["c-TF-IDF"] = [lab.label for lab in base.label(docs)]
     seconds["c-TF-IDF"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    refined = EmbeddingLabeler(embedder, candidates=args.candidates, diversity=args.diversity, names=names)
+    refined = LabelChain(TfidfLabeler(n_terms=args.candidates, names=names), EmbeddingLabeler(
+        embedder, candidates=args.candidates, diversity=args.diversity, names=names))
     columns["refined"] = [lab.label for lab in refined.label(docs)]
     seconds["refined"] = time.perf_counter() - t0
     toks = name_tokens(names)

@@ -28,7 +28,7 @@ from brb_pipeline.core.insights.projection import (
     nearest_neighbours,
     neighbour_mean,
 )
-from brb_pipeline.pipeline import insights
+from brb_pipeline.pipeline import insights, insights_io
 from brb_pipeline.settings import Settings
 from brb_pipeline_tests.test_store import make_chunks
 
@@ -97,7 +97,7 @@ def _stage_times(mode: str, res: dict[str, dict]) -> None:
 
 def _projection(s: Settings) -> tuple[pl.DataFrame, dict]:
     path = s.staging_dir / "insights" / "projection.parquet"
-    return pl.read_parquet(path), json.loads(pl.read_parquet_metadata(path)[insights.META_KEY])
+    return pl.read_parquet(path), json.loads(pl.read_parquet_metadata(path)[insights_io.META_KEY])
 
 
 def _clusters(s: Settings) -> dict[str, int]:
@@ -299,7 +299,7 @@ def test_refit_flag_and_cli(home):
     assert r.stdout.strip().splitlines()[-1].endswith("map.html")
     proj, info2 = _projection(s)
     assert info2["method"] == "refit" and info2["fit_id"] != info1["fit_id"] and proj.height == 248
-    assert pl.read_parquet_metadata(s.staging_dir / "insights" / "clusters.parquet")[insights.META_KEY]
+    assert pl.read_parquet_metadata(s.staging_dir / "insights" / "clusters.parquet")[insights_io.META_KEY]
     r = CliRunner().invoke(main, ["insights", "--refit", "--home", str(home / "nowhere")])
     assert r.exit_code != 0 and "run `brb ingest` first" in r.output
 

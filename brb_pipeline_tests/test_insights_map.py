@@ -171,7 +171,8 @@ def test_cluster_centres_median():
 
 
 def test_3d_view_uses_its_own_layout_and_partial_summary_is_completed(tmp_path):
-    from brb_pipeline.core.insights.map import as_points, figure_3d, map_data
+    from brb_pipeline.core.insights.map import as_points, figure_3d
+    from brb_pipeline.core.insights.map_page import map_data
 
     pts = _points().with_columns((pl.col("x") + 1000).alias("x3"), (pl.col("y") - 1000)
                                  .alias("y3"), (pl.col("z") * 2).alias("z3"))
@@ -215,7 +216,8 @@ def _boxes(fig, texts):
 
 
 def test_png_labels_do_not_overlap_and_most_are_kept():
-    from brb_pipeline.core.insights.map import as_points, draw_png
+    from brb_pipeline.core.insights.map import as_points
+    from brb_pipeline.core.insights.map_png import draw_png
 
     df = as_points(_crowded())
     summ = cluster_summary(df)
@@ -234,7 +236,7 @@ def test_drop_overlapping_keeps_the_first_of_labels_on_one_spot():
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from brb_pipeline.core.insights.map import drop_overlapping
+    from brb_pipeline.core.insights.map_png import drop_overlapping
 
     fig = Figure(figsize=(4, 3), dpi=100)
     FigureCanvasAgg(fig)
@@ -250,7 +252,8 @@ def test_drop_overlapping_keeps_the_first_of_labels_on_one_spot():
 def test_png_title_counts_and_muted_noise(tmp_path):
     from matplotlib.image import imread
 
-    from brb_pipeline.core.insights.map import as_points, draw_png
+    from brb_pipeline.core.insights.map import as_points
+    from brb_pipeline.core.insights.map_png import draw_png
 
     df = as_points(_points())
     fig, _ = draw_png(df, cluster_summary(df), "My map")

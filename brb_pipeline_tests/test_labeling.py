@@ -9,11 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from brb_pipeline.core.insights.labeling import (
+from brb_pipeline.core.insights.labels import (
     NOISE_LABEL,
     ClusterDocs,
     ClusterLabel,
     LabelCache,
+    LabelChain,
     MLXLMLabeler,
     TfidfLabeler,
     build_prompt,
@@ -259,7 +260,7 @@ TEMPLATE = ("{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}\n{% e
 def test_mlx_labeler_falls_back_on_junk(tmp_path, template):
     path = _tiny_model(tmp_path / "tiny", template)
     offline = TfidfLabeler()
-    labeler = MLXLMLabeler(path, offline, max_tokens=12, samples=2)
+    labeler = MLXLMLabeler(path, max_tokens=12, samples=2)
     labeler.load()
     docs = _docs()
     prompt = build_prompt(labeler._tokenizer, docs[0], ["flights", "airport"])
@@ -269,7 +270,7 @@ def test_mlx_labeler_falls_back_on_junk(tmp_path, template):
     assert "Ayşe Yılmaz (" not in prompt  # sender prefixes are stripped from excerpts
     raw = labeler.generate(prompt)
     assert isinstance(raw, str) and parse_topic(raw) is None  # numbers/punctuation: junk
-    labels = labeler.label(docs + [ClusterDocs(-1, ["Me (10:00): stray"])])
+    labels = LabelChain(offline, labeler).label(docs + [ClusterDocs(-1, ["Me (10:00): stray"])])
     assert labeler.fallbacks == 4  # every real cluster fell back; noise is not asked
     expected = offline.label(docs)
     assert [lab.source for lab in labels[:4]] == ["llm-fallback"] * 4
@@ -279,15 +280,16 @@ def test_mlx_labeler_falls_back_on_junk(tmp_path, template):
 
 def test_mlx_labeler_uses_a_good_answer(tmp_path):
     path = _tiny_model(tmp_path / "rigged", None, answer="hiking")
-    labeler = MLXLMLabeler(path, TfidfLabeler(), max_tokens=1)
-    labels = labeler.label(_docs()[:2])
+    labeler = MLXLMLabeler(path, max_tokens=1)
+    labels = LabelChain(TfidfLabeler(), labeler).label(_docs()[:2])
     assert labeler.fallbacks == 0
     assert [(lab.label, lab.source) for lab in labels] == [("Hiking", "llm")] * 2
     assert labels[0].terms[:2] == TfidfLabeler().label(_docs()[:2])[0].terms[:2]  # kept
     # The same model with room for more tokens repeats itself: junk, counted fallback.
-    chatty = MLXLMLabeler(path, TfidfLabeler(), max_tokens=4)
+    chatty = MLXLMLabeler(path, max_tokens=4)
     assert chatty.generate("anything").split() == ["hiking"] * 4
-    assert [lab.source for lab in chatty.label(_docs()[:2])] == ["llm-fallback"] * 2
+    assert [lab.source for lab in LabelChain(TfidfLabeler(), chatty).label(_docs()[:2])] == [
+        "llm-fallback"] * 2
     assert chatty.fallbacks == 2
 
 
@@ -296,7 +298,7 @@ def test_mlx_labeler_with_cache_asks_only_changed_clusters(tmp_path):
     docs = _docs()
     members = {d.cluster_id: [f"{d.cluster_id}-{j}" for j in range(len(d.texts))] for d in docs}
     cache = LabelCache(tmp_path / "labels.json")
-    labeler = MLXLMLabeler(path, TfidfLabeler(), max_tokens=1)
+    labeler = LabelChain(TfidfLabeler(), MLXLMLabeler(path, max_tokens=1))
     first, hits = label_clusters(labeler, docs, members, cache)
     assert hits == 0 and [lab.source for lab in first] == ["llm"] * 4
     members[2] = members[2] + ["2-new"]
@@ -309,7 +311,7 @@ def test_mlx_labeler_with_cache_asks_only_changed_clusters(tmp_path):
 def test_mlx_labeler_missing_model_is_a_clear_error(tmp_path):
     from brb_pipeline.core.errors import BrbError
 
-    labeler = MLXLMLabeler(tmp_path / "nope", TfidfLabeler())
+    labeler = LabelChain(TfidfLabeler(), MLXLMLabeler(tmp_path / "nope"))
     with pytest.raises(BrbError, match="no local labeler model at .*nope") as err:
         labeler.label(_docs())
     assert isinstance(err.value, FileNotFoundError) and "\n" not in str(err.value)
@@ -337,14 +339,14 @@ def test_cache_hits_on_unchanged_membership(tmp_path):
     members = {d.cluster_id: [f"{d.cluster_id}-{j}" for j in range(len(d.texts))] for d in docs}
     cache_path = tmp_path / "labels.json"
     first = CountingLabeler()
-    labels1, hits1 = label_clusters(first, docs, members, LabelCache(cache_path))
+    labels1, hits1 = label_clusters(LabelChain(first), docs, members, LabelCache(cache_path))
     assert hits1 == 0 and first.asked == 4 and cache_path.is_file()
 
     # Same memberships (ids renumbered, chunk order shuffled): all four from the cache.
     renum = [ClusterDocs(d.cluster_id + 10, d.texts, d.centroid_texts) for d in docs]
     members2 = {k + 10: list(reversed(v)) for k, v in members.items()}
     second = CountingLabeler()
-    labels2, hits2 = label_clusters(second, renum, members2, LabelCache(cache_path))
+    labels2, hits2 = label_clusters(LabelChain(second), renum, members2, LabelCache(cache_path))
     assert hits2 == 4 and second.asked == 0
     assert [lab.label for lab in labels2] == [lab.label for lab in labels1]
     assert [lab.cluster_id for lab in labels2] == [10, 11, 12, 13]
@@ -352,7 +354,7 @@ def test_cache_hits_on_unchanged_membership(tmp_path):
     # One cluster gains a chunk: only that one is re-labelled.
     members2[10] = members2[10] + ["0-new"]
     third = CountingLabeler()
-    _, hits3 = label_clusters(third, renum, members2, LabelCache(cache_path))
+    _, hits3 = label_clusters(LabelChain(third), renum, members2, LabelCache(cache_path))
     assert hits3 == 3 and third.asked == 4  # c-TF-IDF needs every cluster as contrast
 
 
@@ -371,11 +373,14 @@ def test_cache_file_damaged_is_empty_and_hash_is_order_free(tmp_path):
 
 
 def test_make_labeler_follows_settings(tmp_path):
-    from brb_pipeline.core.insights.labeling import make_labeler
+    from brb_pipeline.core.insights.labels import make_labeler
     from brb_pipeline.settings import Settings
 
-    assert isinstance(make_labeler(Settings(home=tmp_path)), TfidfLabeler)
-    llm = make_labeler(Settings(home=tmp_path, labeler_model_path=tmp_path / "m", seed=7))
+    plain = make_labeler(Settings(home=tmp_path))
+    assert isinstance(plain.base, TfidfLabeler) and plain.refiners == ()
+    chain = make_labeler(Settings(home=tmp_path, labeler_model_path=tmp_path / "m", seed=7))
+    (llm,) = chain.refiners
+    assert isinstance(chain.base, TfidfLabeler)
     assert isinstance(llm, MLXLMLabeler) and llm.model_path == tmp_path / "m" and llm.seed == 7
 
 
@@ -437,6 +442,13 @@ class FixedLabeler:
                 for c in clusters]
 
 
+def _rerank(embedder, base=None, **kw) -> LabelChain:
+    """c-TF-IDF (or ``base``) re-ranked by ``embedder``, as make_labeler chains them."""
+    from brb_pipeline.core.insights.labels import EmbeddingLabeler
+
+    return LabelChain(base or TfidfLabeler(n_terms=30), EmbeddingLabeler(embedder, **kw))
+
+
 def _unit_vec(*xs: float) -> np.ndarray:
     v = np.zeros(16, dtype=np.float32)
     v[: len(xs)] = xs
@@ -446,8 +458,6 @@ def _unit_vec(*xs: float) -> np.ndarray:
 @pytest.mark.parametrize("centroid_model", ["table@1", "other-model@2"],
                          ids=["stored-centroid", "model-mismatch-embeds-texts"])
 def test_embedding_labeler_picks_the_term_closest_to_the_centroid(centroid_model):
-    from brb_pipeline.core.insights.labeling import EmbeddingLabeler
-
     table = {  # cosine to the centroid direction (1, 0) in the comment
         "booked": [0.0, 1.0],  # 0.0: c-TF-IDF's first pick, not about the cluster
         "lisbon": [0.6, 0.8],  # 0.6
@@ -456,8 +466,8 @@ def test_embedding_labeler_picks_the_term_closest_to_the_centroid(centroid_model
         "Me (10:00): airport flights": [1.0, 0.0],  # the representative text
     }
     embedder = TableEmbedder(table)
-    labeler = EmbeddingLabeler(embedder, FixedLabeler(["booked", "lisbon", "airport", "flights"]),
-                               diversity=0.0)
+    labeler = _rerank(embedder, FixedLabeler(["booked", "lisbon", "airport", "flights"]),
+                      diversity=0.0)
     docs = ClusterDocs(0, ["Me (10:00): airport flights"], ["Me (10:00): airport flights"],
                        centroid=_unit_vec(1.0, 0.0), centroid_model=centroid_model)
     (lab,) = labeler.label([docs])
@@ -466,27 +476,28 @@ def test_embedding_labeler_picks_the_term_closest_to_the_centroid(centroid_model
     # The stored centroid is used only when it comes from the labeler's own model.
     assert ("Me (10:00): airport flights" in embedder.seen) == (centroid_model != "table@1")
     # A noise bucket keeps the fallback's label and is never embedded.
-    noise = labeler.label([ClusterDocs(-1, ["Me (10:00): x"])], offline=[
+    (rerank,) = labeler.refiners
+    noise = rerank.refine([ClusterDocs(-1, ["Me (10:00): x"])], [
         ClusterLabel(-1, NOISE_LABEL, [], "tfidf")])
     assert noise == [ClusterLabel(-1, NOISE_LABEL, [], "tfidf")]
 
 
 def test_embedding_labeler_mmr_spreads_the_label_over_subtopics():
-    from brb_pipeline.core.insights.labeling import EmbeddingLabeler, mmr
+    from brb_pipeline.core.insights.labels import mmr
 
     table = {"airport": [1.0, 0.0], "airports": [0.999, 0.045], "hotel": [0.7, 0.714]}
     docs = ClusterDocs(0, [], centroid=_unit_vec(1.0, 0.2), centroid_model="table@1")
-    plain = EmbeddingLabeler(TableEmbedder(table), FixedLabeler(["hotel", "airports", "airport"]),
-                             diversity=0.0, label_terms=2)
-    diverse = EmbeddingLabeler(TableEmbedder(table), FixedLabeler(["hotel", "airports", "airport"]),
-                               diversity=0.5, label_terms=2)
+    plain = _rerank(TableEmbedder(table), FixedLabeler(["hotel", "airports", "airport"]),
+                    diversity=0.0, label_terms=2)
+    diverse = _rerank(TableEmbedder(table), FixedLabeler(["hotel", "airports", "airport"]),
+                      diversity=0.5, label_terms=2)
     assert plain.label([docs])[0].terms[:2] == ["airports", "airport"]  # near-synonyms
     assert diverse.label([docs])[0].terms[:2] == ["airports", "hotel"]  # a second subtopic
     assert mmr(np.zeros((0, 16)), np.zeros(0), 3, 0.3) == []
 
 
 def test_filler_and_names_are_never_terms():
-    from brb_pipeline.core.insights.labeling import EmbeddingLabeler, name_tokens
+    from brb_pipeline.core.insights.labels import name_tokens
 
     # c-TF-IDF: a contact's name mentioned in messages (not as the sender) is a term unless
     # the contact names are given; the filler words are dropped either way.
@@ -506,7 +517,7 @@ def test_filler_and_names_are_never_terms():
     # The re-rank drops them from any fallback's candidates before embedding anything: the strict
     # embedder fails the test if one of them is embedded.
     embedder = TableEmbedder({"lisbon": [1.0, 0.0], "lisbon trip": [0.9, 0.43]})
-    labeler = EmbeddingLabeler(embedder, FixedLabeler(
+    labeler = _rerank(embedder, FixedLabeler(
         ["alrighty", "théo", "lisbon", "yeet lol", "théo dubois", "lisbon trip", "okay", "noor"]),
         names=["Théo Dubois", "noor.950@example.org"])
     (lab,) = labeler.label([ClusterDocs(0, trip, centroid=_unit_vec(1.0, 0.0),
@@ -514,13 +525,11 @@ def test_filler_and_names_are_never_terms():
     assert lab.terms == ["lisbon", "lisbon trip"]
     assert sorted(embedder.seen) == ["lisbon", "lisbon trip"]
     # Nothing left: the fallback's label stays.
-    (bare,) = EmbeddingLabeler(embedder, FixedLabeler(["lol", "yeah"])).label([ClusterDocs(0, trip)])
+    (bare,) = _rerank(embedder, FixedLabeler(["lol", "yeah"])).label([ClusterDocs(0, trip)])
     assert bare.source == "tfidf" and bare.terms == ["lol", "yeah"]
 
 
 def test_two_word_phrases_are_candidates():
-    from brb_pipeline.core.insights.labeling import EmbeddingLabeler
-
     docs = [ClusterDocs(0, ["Me (10:00): pizza and pasta night"] * 3, centroid=_unit_vec(1.0, 0.0),
                         centroid_model="table@1"),
             ClusterDocs(1, ["Me (10:00): football match tonight"] * 3, centroid=_unit_vec(0.0, 1.0),
@@ -528,28 +537,25 @@ def test_two_word_phrases_are_candidates():
     base = TfidfLabeler().label(docs)
     assert base[0].terms[0] != "pasta night"  # c-TF-IDF alone ranks a unigram first
     embedder = TableEmbedder({"pasta night": [1.0, 0.0], "football match": [0.0, 1.0]}, strict=False)
-    labels = EmbeddingLabeler(embedder).label(docs)
+    labels = _rerank(embedder).label(docs)
     assert labels[0].terms[0] == "pasta night" and labels[0].label.startswith("Pasta night")
     assert labels[1].terms[0] == "football match"
     assert "pizza pasta" not in labels[0].terms  # no phrase across a removed word
 
 
 def test_corpus_mean_is_subtracted_from_the_centroid():
-    from brb_pipeline.core.insights.labeling import EmbeddingLabeler
-
     # "chatting" is close to every chat (the corpus mean); "lisbon" is what sets this one apart.
     table = {"chatting": [1.0, 0.0], "lisbon": [0.6, 0.8]}
     cent = _unit_vec(0.9, 0.44)
     docs = ClusterDocs(0, [], centroid=cent, centroid_model="table@1")
-    labeler = EmbeddingLabeler(TableEmbedder(table), FixedLabeler(["chatting", "lisbon"]),
-                               diversity=0.0)
+    labeler = _rerank(TableEmbedder(table), FixedLabeler(["chatting", "lisbon"]), diversity=0.0)
     assert labeler.label([docs])[0].terms == ["chatting", "lisbon"]
     docs.corpus_mean = 0.8 * _unit_vec(1.0, 0.0)
     assert labeler.label([docs])[0].terms == ["lisbon", "chatting"]
 
 
 def test_cache_is_not_reused_across_labeler_kinds_or_versions(tmp_path):
-    from brb_pipeline.core.insights.labeling import EmbeddingLabeler, labeler_kind
+    from brb_pipeline.core.insights.labels import labeler_kind
 
     docs = _docs()
     members = {d.cluster_id: [f"{d.cluster_id}-{j}" for j in range(len(d.texts))] for d in docs}
@@ -559,12 +565,12 @@ def test_cache_is_not_reused_across_labeler_kinds_or_versions(tmp_path):
     for d in docs:
         old.put("tfidf", membership_hash(members[d.cluster_id]), ClusterLabel(d.cluster_id, "Old", [], "tfidf"))
     old.save()
-    tfidf, hits = label_clusters(TfidfLabeler(), docs, members, LabelCache(path))
+    tfidf, hits = label_clusters(LabelChain(TfidfLabeler()), docs, members, LabelCache(path))
     assert hits == 0 and "Old" not in {lab.label for lab in tfidf}
-    assert labeler_kind(TfidfLabeler()) == "tfidf/v2"
+    assert labeler_kind(TfidfLabeler()) == "tfidf/v2" == LabelChain(TfidfLabeler()).kind
 
-    def refined(model_id: str) -> EmbeddingLabeler:
-        return EmbeddingLabeler(TableEmbedder({}, strict=False, model_id=model_id))
+    def refined(model_id: str) -> LabelChain:
+        return _rerank(TableEmbedder({}, strict=False, model_id=model_id))
 
     first, hits = label_clusters(refined("table@1"), docs, members, LabelCache(path))
     assert hits == 0 and {lab.source for lab in first} == {"embedding"}  # not the c-TF-IDF labels
@@ -572,24 +578,23 @@ def test_cache_is_not_reused_across_labeler_kinds_or_versions(tmp_path):
     assert hits == 4 and again == first
     _, hits = label_clusters(refined("table@2"), docs, members, LabelCache(path))  # new weights
     assert hits == 0
-    assert labeler_kind(refined("table@1")) != labeler_kind(
-        EmbeddingLabeler(TableEmbedder({}, model_id="table@1"), diversity=0.5))
-    # The LLM's namespace includes its fallback's, so new keywords are new prompts.
-    assert labeler_kind(MLXLMLabeler(tmp_path / "m", refined("table@1"))) != labeler_kind(
-        MLXLMLabeler(tmp_path / "m", TfidfLabeler()))
+    assert refined("table@1").kind == "tfidf/v2+embed/v1(c=30,d=0.3):table@1"
+    assert refined("table@1").kind != _rerank(TableEmbedder({}, model_id="table@1"), diversity=0.5).kind
+    # The LLM's namespace includes the kind it refines, so new keywords are new prompts.
+    llm = MLXLMLabeler(tmp_path / "m")
+    assert LabelChain(TfidfLabeler(), *refined("table@1").refiners, llm).kind != LabelChain(
+        TfidfLabeler(), llm).kind == "llm:m|tfidf/v2"
 
 
 def test_refiner_is_asked_only_about_changed_clusters(tmp_path):
-    from brb_pipeline.core.insights.labeling import EmbeddingLabeler
-
     docs = _docs()
     members = {d.cluster_id: [f"{d.cluster_id}-{j}" for j in range(len(d.texts))] for d in docs}
-    first = EmbeddingLabeler(TableEmbedder({}, strict=False), CountingLabeler())
+    first = _rerank(TableEmbedder({}, strict=False), CountingLabeler())
     labels, _ = label_clusters(first, docs, members, LabelCache(tmp_path / "labels.json"))
     members[2] = members[2] + ["2-new"]
     embedder = TableEmbedder({}, strict=False)
     counting = CountingLabeler()
-    second = EmbeddingLabeler(embedder, counting)
+    second = _rerank(embedder, counting)
     again, hits = label_clusters(second, docs, members, LabelCache(tmp_path / "labels.json"))
     assert hits == 3 and again[:2] == labels[:2] and again[3] == labels[3]
     assert counting.asked == 4  # c-TF-IDF still contrasts against every cluster
@@ -599,12 +604,15 @@ def test_refiner_is_asked_only_about_changed_clusters(tmp_path):
 
 
 def test_make_labeler_chains_the_embedding_rerank(tmp_path):
-    from brb_pipeline.core.insights.labeling import EmbeddingLabeler, make_labeler
+    from brb_pipeline.core.insights.labels import EmbeddingLabeler, make_labeler
     from brb_pipeline.settings import Settings
 
     embedder = TableEmbedder({})
     plain = make_labeler(Settings(home=tmp_path), embedder=embedder, names=["Théo Dubois"])
-    assert isinstance(plain, EmbeddingLabeler) and plain.embedder is embedder
-    assert plain.fallback.names == {"théo", "dubois"}
+    (rerank,) = plain.refiners
+    assert isinstance(rerank, EmbeddingLabeler) and rerank.embedder is embedder
+    assert plain.base.names == {"théo", "dubois"} == rerank.names
+    assert plain.base.n_terms == rerank.candidates  # the re-rank sees all its candidates
     llm = make_labeler(Settings(home=tmp_path, labeler_model_path=tmp_path / "m"), embedder=embedder)
-    assert isinstance(llm, MLXLMLabeler) and isinstance(llm.fallback, EmbeddingLabeler)
+    assert [type(r) for r in llm.refiners] == [EmbeddingLabeler, MLXLMLabeler]
+    assert llm.name == "MLXLMLabeler" and plain.name == "EmbeddingLabeler"

@@ -2,7 +2,9 @@
 
 
 import base64
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
@@ -11,10 +13,14 @@ from brb_pipeline.assets.store import text_index, vector_index
 from brb_pipeline.pipeline import insights
 
 
-def _progress(context: dg.AssetExecutionContext, percent: float, message: str) -> None:
+def _run(context: dg.AssetExecutionContext, stage: Callable[..., dict[str, Any]], *args: Any,
+         **kwargs: Any) -> dict[str, Any]:
+    """``stage`` (a ``pipeline.insights.run_*``) with the run's progress, between cancel checks."""
     rt = context.resources.runtime
     rt.cancel.check()
-    rt.progress_for(context).update("analyzing", percent, message)
+    meta = stage(*args, progress=rt.progress_for(context), **kwargs)
+    rt.cancel.check()
+    return meta
 
 
 class LayoutConfig(dg.Config):
@@ -26,9 +32,7 @@ class LayoutConfig(dg.Config):
 @dg.asset(group_name=INSIGHTS, deps=[vector_index, text_index], kinds={"sklearn", "umap"}, required_resource_keys={"brb", "runtime"})
 def projection(context: dg.AssetExecutionContext, config: LayoutConfig) -> dg.MaterializeResult:
     """PCA (embedding dim -> 50) then UMAP to 2-D and 3-D, seeded; a small change is placed instead."""
-    _progress(context, 5, "layout")
-    meta = insights.run_projection(context.resources.brb.load(), refit=config.refit)
-    _progress(context, 55, f"layout {meta['method']}")
+    meta = _run(context, insights.run_projection, context.resources.brb.load(), refit=config.refit)
     return dg.MaterializeResult(metadata=meta)
 
 
@@ -36,8 +40,7 @@ def projection(context: dg.AssetExecutionContext, config: LayoutConfig) -> dg.Ma
 def clusters(context: dg.AssetExecutionContext, config: LayoutConfig) -> dg.MaterializeResult:
     """HDBSCAN on the 2-D layout (similar clusters merged, close noise reassigned, ids stable), or
     the neighbours' cluster for placed chunks."""
-    _progress(context, 60, "clustering")
-    meta = insights.run_clusters(context.resources.brb.load(), refit=config.refit)
+    meta = _run(context, insights.run_clusters, context.resources.brb.load(), refit=config.refit)
     return dg.MaterializeResult(metadata=meta)
 
 
@@ -45,23 +48,20 @@ def clusters(context: dg.AssetExecutionContext, config: LayoutConfig) -> dg.Mate
 def cluster_labels(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     """A short readable label per cluster (c-TF-IDF re-ranked by the embedding model, or mlx-lm
     with a local model)."""
-    _progress(context, 75, "labelling clusters")
     s = context.resources.brb.load()
-    meta = insights.run_labels(s, embedder=context.resources.runtime.embedder(s))
+    meta = _run(context, insights.run_labels, s, embedder=context.resources.runtime.embedder(s))
     return dg.MaterializeResult(metadata=meta)
 
 
 @dg.asset(group_name=INSIGHTS, deps=[cluster_labels], kinds={"plotly"}, required_resource_keys={"brb", "runtime"})
 def insights_map(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     """The interactive conversation map (2-D and 3-D HTML) and its PNG preview."""
-    _progress(context, 85, "drawing the map")
-    meta = insights.run_map(context.resources.brb.load())
+    meta = _run(context, insights.run_map, context.resources.brb.load())
     md = meta.pop("summary_markdown")
     png = Path(meta["png"])
     preview = ""
     if png.exists() and png.stat().st_size < 2_000_000:
         preview = f"![map](data:image/png;base64,{base64.b64encode(png.read_bytes()).decode()})"
-    _progress(context, 100, f"{meta['clusters']} clusters")
     return dg.MaterializeResult(metadata={
         **meta,
         "html": dg.MetadataValue.path(meta["html"]),

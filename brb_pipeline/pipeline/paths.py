@@ -58,6 +58,27 @@ def staged_batch_files(s: Settings) -> dict[str, list[Path]]:
     return out
 
 
+def insights_staging(s: Settings) -> Path:
+    """The analyzing stages' intermediate files (projection, clusters, labels, label cache)."""
+    return s.staging_dir / "insights"
+
+
+def projection(s: Settings) -> Path:
+    return insights_staging(s) / "projection.parquet"
+
+
+def clusters(s: Settings) -> Path:
+    return insights_staging(s) / "clusters.parquet"
+
+
+def cluster_labels(s: Settings) -> Path:
+    return insights_staging(s) / "labels.parquet"
+
+
+def label_cache(s: Settings) -> Path:
+    return insights_staging(s) / "label_cache.json"
+
+
 def store_next(s: Settings) -> Path:
     """The staging copy of brb.duckdb a load and its index builds write; it replaces the store
     only when both indexes are built in it (``pipeline.store.publish``)."""
