@@ -7,8 +7,8 @@ from datetime import datetime, timedelta, timezone
 import polars as pl
 import pytest
 
-from brb_pipeline.core.contacts.resolve import (CONTACTS_SCHEMA, NAME_PRECEDENCE, NAMED_SOURCES, Conflict, contact_names,
-                                                resolve_contacts)
+from brb_pipeline.core.contacts.resolve import (CONTACTS_SCHEMA, NAME_PRECEDENCE, NAMED_SOURCES, Conflict,
+                                                contact_names, resolve_contacts)
 from brb_pipeline.core.records import CHAT_SCHEMA, MESSAGE_SCHEMA, UNKNOWN_CONTACT_ID
 from brb_pipeline.demo.addressbook_writer import PersonRecord, write_addressbook
 from brb_pipeline.demo.whatsapp_writer import WAChatRecord, WAMessageRecord, write_whatsapp
