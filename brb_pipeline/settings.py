@@ -21,10 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from brb_pipeline.core.errors import SettingsError, SourceMissingError
+from brb_pipeline.core.search.fusion import Fusion
 
 DEFAULT_MODEL = "bundled:all-MiniLM-L6-v2"
 DEMO_ARCHIVE = "demo-archive"  # the folder of <home> that `brb demo` builds its archive in
 _BOOKKEEPING = ("home", "env_values")  # fields that are not settings read from env or config.json
+_FUSION = Fusion()  # the hybrid search defaults are Fusion's own
 
 
 def absolute(p: str | Path) -> Path:
@@ -84,13 +86,14 @@ class Settings:
     hnsw_m: int = 16
     hnsw_ef_construction: int = 128
     hnsw_ef_search: int = 256  # dev half: 64 -> 256 raised vector hit@5 0.551 -> 0.571 (HNSW recall), p50 58 -> 55 ms
-    rrf_k: int = 60
+    rrf_k: int = _FUSION.rrf_k
     # Hybrid fusion and the relevance floor (core/search/fusion.py), chosen on the dev half of
     # benchmarks/questions/ with benchmarks/bench_retrieval.py (its results hold every variant).
-    search_fusion: str = "score"  # "score" (min-max convex combination) | "rrf" (weighted)
-    search_lexical_weight: float = 0.05
-    search_specific_lexical_weight: float = 0.7  # for a query with a rare name, number or quoted phrase
-    search_rare_df_share: float = 0.0001  # a name or number in at most this share of chunks is rare
+    search_fusion: str = _FUSION.method  # "score" (min-max convex combination) | "rrf" (weighted)
+    search_lexical_weight: float = _FUSION.lexical_weight
+    # for a query with a rare name, number or quoted phrase
+    search_specific_lexical_weight: float = _FUSION.specific_lexical_weight
+    search_rare_df_share: float = _FUSION.rare_df_share  # a name or number in at most this share of chunks is rare
     search_min_similarity: float = 0.39  # below it (best candidate's cosine) "confident" is false; 0 = off
     # Insights.
     pca_dim: int = 50

@@ -7,7 +7,8 @@ from datetime import datetime, timedelta, timezone
 import polars as pl
 import pytest
 
-from brb_pipeline.core.contacts.resolve import CONTACTS_SCHEMA, Conflict, resolve_contacts
+from brb_pipeline.core.contacts.resolve import (CONTACTS_SCHEMA, NAME_PRECEDENCE, NAMED_SOURCES, Conflict,
+                                                contact_names, resolve_contacts)
 from brb_pipeline.core.records import CHAT_SCHEMA, MESSAGE_SCHEMA, UNKNOWN_CONTACT_ID
 from brb_pipeline.demo.addressbook_writer import PersonRecord, write_addressbook
 from brb_pipeline.demo.whatsapp_writer import WAChatRecord, WAMessageRecord, write_whatsapp
@@ -170,6 +171,32 @@ def test_group_names():
         assert got[f"g:imessage:{cid}"] == (name, source, "group"), cid
     # group handles are the participants
     assert res.contacts.filter(pl.col("contact_id") == "g:imessage:g-3").item(0, "handles").to_list() == sorted([a, o, z])
+
+
+@pytest.mark.parametrize(
+    "kind, person_name, chat_name, participants_name, handle, name, source",
+    [
+        ("unknown", "Ayşe", "Chat", "A & B", "+1", "Unknown", "unknown"),  # the unknown bucket beats every name
+        ("direct", "Ayşe", "Chat", "A & B", "+1", "Ayşe", "addressbook"),  # AddressBook beats the chat's name
+        ("group", None, "Chat", "A & B", None, "Chat", "chat_name"),  # the chat's name beats its participants
+        ("group", None, None, "A & B", None, "A & B", "participants"),
+        ("group", None, None, None, None, "Unnamed group", "unknown"),  # a group with nothing to name it by
+        ("direct", None, None, None, "+1", "+1", "handle"),  # a direct chat falls back to its handle
+        ("direct", None, None, "A & B", "+1", "A & B", "participants"),  # precedence is by column, not by kind
+    ],
+)
+def test_name_precedence_gives_name_and_source_together(kind, person_name, chat_name, participants_name, handle, name,
+                                                        source):
+    row = pl.DataFrame([(kind, person_name, chat_name, participants_name, handle)], orient="row",
+                       schema=["kind", "person_name", "chat_name", "participants_name", "handle"])
+    assert contact_names(row).select("display_name", "name_source").row(0) == (name, source)
+
+
+def test_name_precedence_order_and_named_sources():
+    assert [r.source for r in NAME_PRECEDENCE] == ["unknown", "addressbook", "chat_name", "participants", "unknown",
+                                                   "handle"]
+    assert NAME_PRECEDENCE[-1].when is None  # the last rule applies to every row left
+    assert NAMED_SOURCES == ("addressbook", "chat_name", "participants")
 
 
 def test_unknown_bucket_for_orphans_and_empty_direct_chats():

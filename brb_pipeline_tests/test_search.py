@@ -12,8 +12,9 @@ from brb_pipeline.core.store import duck
 from brb_pipeline.core.store import index
 from brb_pipeline.core.store import chunks as store
 from brb_pipeline.core.errors import StoreError
-from brb_pipeline.core.search.fusion import Fusion
-from brb_pipeline.core.search.hybrid import neighbours, rrf_fuse, search, vector_sql
+from brb_pipeline.core.search.fusion import Fusion, rrf_fuse
+from brb_pipeline.core.search.hybrid import neighbours, search
+from brb_pipeline.core.search.sql import vector_sql
 from brb_pipeline.core.search.log import clear_log, log_search, read_log
 from brb_pipeline_tests.test_store import DIM, T0, make_chunks, make_vectors
 

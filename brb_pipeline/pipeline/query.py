@@ -3,10 +3,9 @@ model's query prefix, run hybrid/vector/lexical search, attach neighbours, log t
 
 :class:`Searcher` opens the store once and answers many questions (``brb search -`` reads them
 from stdin); :func:`run_search` is one question with its own open and close, as ``brb search
-"QUERY"`` does. Opening costs more than a warm search: loading the vss/fts extensions, attaching
+"QUERY"`` does. Opening costs several warm searches: loading the vss/fts extensions, attaching
 the file, and on the first query reading the HNSW graph and the BM25 tables from disk
-(one-shot p50 495 ms at 63,570 chunks against 41 ms per hybrid search on an open store, 56 ms with
-the query embedding; ``benchmarks/bench_e2e.py``).
+(``benchmarks/bench_e2e.py`` measures both; the README has the figures).
 A Searcher holds a read-only connection to brb.duckdb; an ingest never writes that file in place
 (it publishes a new one with a rename, see ``pipeline/store.py``), so an open Searcher neither
 blocks an ingest nor sees a half-built store: it keeps answering from the file it opened.
@@ -91,9 +90,9 @@ class Searcher:
     @classmethod
     def open(cls, s: Settings, *, mode: str = "hybrid", load: Callable[[Settings], Any] | None = None) -> Searcher:
         """A Searcher with the model the mode needs, the store opening in a worker thread while
-        the model loads here (MLX streams belong to the thread that made them): each takes
-        ~0.1-0.3 s (the vss/fts extensions; the weights) and both release the GIL, so a one-shot
-        search pays about the slower of the two instead of their sum."""
+        the model loads here (MLX streams belong to the thread that made them): loading the
+        vss/fts extensions and loading the weights both release the GIL, so a one-shot search
+        pays about the slower of the two instead of their sum."""
         _require_store(s)
         if mode == "lexical":
             return cls(s, embedder=None)

@@ -15,7 +15,7 @@ def find_contacts(db: Path, names: list[str], *, default_region: str = "US") -> 
     Matching order per name: contact id, handle (normalized), whole display name, then a
     display name containing it as a word prefix ("Ayşe" finds "Ayşe Yılmaz") if unique.
     """
-    from brb_pipeline.core.records.handles import normalize_handle  # phonenumbers: ~30 ms, only for --contact
+    from brb_pipeline.core.records.handles import normalize_handle  # loads phonenumbers: only for --contact
 
     rows = metadata.contact_rows(db)
     out: list[str] = []

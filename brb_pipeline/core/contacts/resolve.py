@@ -21,8 +21,9 @@ All message-level work is polars joins; Python loops only run over AddressBook c
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import polars as pl
 
@@ -151,7 +152,7 @@ def _handle_owners(
     return owner, names, conflicts
 
 
-def _group_name(names: pl.Expr) -> pl.Expr:
+def _join_names(names: pl.Expr) -> pl.Expr:
     """"Ayşe", "Ayşe & Omar", "Ayşe, Omar & Zed", "Ayşe, Omar & 2 more" from a list of names."""
     n = names.list.len()
     a, b, c = names.list.get(0, null_on_oob=True), names.list.get(1, null_on_oob=True), names.list.get(2, null_on_oob=True)
@@ -161,6 +162,51 @@ def _group_name(names: pl.Expr) -> pl.Expr:
         .when(n == 2).then(pl.concat_str(a, pl.lit(" & "), b))
         .when(n == 3).then(pl.concat_str(a, pl.lit(", "), b, pl.lit(" & "), c))
         .otherwise(pl.concat_str(a, pl.lit(", "), b, pl.lit(" & "), (n - 2).cast(pl.Utf8), pl.lit(" more")))
+    )
+
+
+class _NameRule(NamedTuple):
+    """One row of the naming precedence: where ``when`` holds (None: every row left), the contact
+    is called ``name`` and its ``name_source`` is ``source``; ``named`` counts it as named."""
+
+    when: pl.Expr | None
+    name: pl.Expr
+    source: str
+    named: bool
+
+
+# Who names a contact, first match wins. display_name and name_source are both read from this
+# one table, so a name and the label of where it came from cannot disagree.
+NAME_PRECEDENCE: tuple[_NameRule, ...] = (
+    _NameRule(pl.col("kind") == "unknown", pl.lit(UNKNOWN_NAME), "unknown", False),
+    _NameRule(pl.col("person_name").is_not_null(), pl.col("person_name"), "addressbook", True),
+    _NameRule(pl.col("chat_name").is_not_null(), pl.col("chat_name"), "chat_name", True),
+    _NameRule(pl.col("participants_name").is_not_null(), pl.col("participants_name"), "participants", True),
+    _NameRule(pl.col("kind") == "group", pl.lit(UNNAMED_GROUP), "unknown", False),
+    _NameRule(None, pl.col("handle"), "handle", False),
+)
+NAMED_SOURCES = tuple(dict.fromkeys(r.source for r in NAME_PRECEDENCE if r.named))
+_EMPTY_LIST = pl.lit([], dtype=pl.List(pl.Utf8))
+
+
+def _by_precedence(pick: Callable[[_NameRule], pl.Expr]) -> pl.Expr:
+    """``when(rule.when).then(pick(rule))`` over :data:`NAME_PRECEDENCE`, the last rule as otherwise."""
+    *rules, last = NAME_PRECEDENCE
+    expr = pl.when(rules[0].when).then(pick(rules[0]))
+    for rule in rules[1:]:
+        expr = expr.when(rule.when).then(pick(rule))
+    return expr.otherwise(pick(last))
+
+
+def contact_names(rows: pl.DataFrame) -> pl.DataFrame:
+    """``rows`` plus ``display_name`` and ``name_source`` by :data:`NAME_PRECEDENCE`.
+
+    Args:
+        rows: columns ``kind``, ``person_name``, ``chat_name``, ``participants_name``, ``handle``.
+    """
+    return rows.with_columns(
+        _by_precedence(lambda r: r.name).alias("display_name"),
+        _by_precedence(lambda r: pl.lit(r.source)).alias("name_source"),
     )
 
 
@@ -183,19 +229,45 @@ def resolve_contacts(
         ContactResolution (see its attributes).
     """
     handles, bad_numbers = person_handles(people, default_region)
-    owner, group_names, conflicts = _handle_owners(people, handles)
+    owner, person_names, conflicts = _handle_owners(people, handles)
     hmap = pl.DataFrame(
         {"handle": list(owner), "person": list(owner.values())},
         schema={"handle": pl.Utf8, "person": pl.Int64},
     )
-    pnames = pl.DataFrame(
-        {"person": list(group_names), "person_name": list(group_names.values())},
-        schema={"person": pl.Int64, "person_name": pl.Utf8},
-    )
-
     chats = chats.unique("chat_id", keep="first", maintain_order=True)
-    # Every handle seen anywhere: chat participants and message senders.
-    seen = (
+    seen = _seen_handles(messages, chats, hmap)
+    handle_info = _handle_info(seen, hmap, person_names)
+    chat_contacts = _chat_contacts(chats, handle_info)
+    if "contact_id" in messages.columns:  # re-resolving an already resolved frame
+        messages = messages.drop("contact_id")
+    out_messages = messages.join(
+        chat_contacts.select("chat_id", "contact_id"), on="chat_id", how="left", maintain_order="left"
+    ).with_columns(pl.col("contact_id").fill_null(UNKNOWN_CONTACT_ID))
+    chat_contacts = chat_contacts.join(_group_names(chat_contacts, handle_info), on="chat_id", how="left")
+    contacts = _contact_rows(out_messages, chat_contacts, seen)
+
+    n_resolved = int(seen.get_column("person").is_not_null().sum())
+    stats = {
+        "contacts": contacts.height,
+        "named_contacts": int(contacts.get_column("name_source").is_in(NAMED_SOURCES).sum()),
+        "handles_resolved": n_resolved,
+        "handles_unresolved": seen.height - n_resolved,
+        "conflicts": len(conflicts),
+        "addressbook_handles": hmap.height,
+        "addressbook_bad_numbers": bad_numbers,
+    }
+    log.info(
+        "Contacts - %d contacts (%d named), %d handles resolved, %d unresolved, %d conflicts",
+        stats["contacts"], stats["named_contacts"], stats["handles_resolved"], stats["handles_unresolved"],
+        stats["conflicts"],
+    )
+    return ContactResolution(messages=out_messages, contacts=contacts, conflicts=conflicts, stats=stats)
+
+
+def _seen_handles(messages: pl.DataFrame, chats: pl.DataFrame, hmap: pl.DataFrame) -> pl.DataFrame:
+    """Every handle seen anywhere (chat participants and message senders), with its AddressBook
+    ``person`` (null when unresolved)."""
+    return (
         pl.concat(
             [
                 chats.select(pl.col("participants").explode().alias("handle")),
@@ -206,6 +278,15 @@ def resolve_contacts(
         .unique()
         .join(hmap, on="handle", how="left")
     )
+
+
+def _handle_info(seen: pl.DataFrame, hmap: pl.DataFrame, person_names: dict[int, str]) -> pl.DataFrame:
+    """AddressBook handles with ``person``, ``person_cid`` (``"c:" + min seen handle``, null for a
+    person never seen) and ``person_name``."""
+    pnames = pl.DataFrame(
+        {"person": list(person_names), "person_name": list(person_names.values())},
+        schema={"person": pl.Int64, "person_name": pl.Utf8},
+    )
     person_cid = (
         seen.drop_nulls("person")
         .group_by("person")
@@ -213,14 +294,16 @@ def resolve_contacts(
         .select("person", (pl.lit("c:") + pl.col("min_handle")).alias("person_cid"))
         .join(pnames, on="person", how="left")
     )
-    handle_info = hmap.join(person_cid, on="person", how="left")  # handle, person, person_cid, person_name
+    return hmap.join(person_cid, on="person", how="left")
 
-    # Chat -> contact.
+
+def _chat_contacts(chats: pl.DataFrame, handle_info: pl.DataFrame) -> pl.DataFrame:
+    """The chats with their direct ``handle`` (null for groups), its person columns and ``contact_id``."""
     direct_handle = pl.col("participants").list.first()
     c = chats.with_columns(
         pl.when(pl.col("kind") == "group").then(None).otherwise(direct_handle).alias("handle")
     ).join(handle_info, on="handle", how="left")
-    c = c.with_columns(
+    return c.with_columns(
         pl.when(pl.col("kind") == "group")
         .then(pl.lit("g:") + pl.col("chat_id"))
         .when(pl.col("person_cid").is_not_null())
@@ -231,16 +314,12 @@ def resolve_contacts(
         .alias("contact_id")
     )
 
-    if "contact_id" in messages.columns:  # re-resolving an already resolved frame
-        messages = messages.drop("contact_id")
-    out_messages = messages.join(
-        c.select("chat_id", "contact_id"), on="chat_id", how="left", maintain_order="left"
-    ).with_columns(pl.col("contact_id").fill_null(UNKNOWN_CONTACT_ID))
 
-    # Names of group chats from their participants (resolved names first, then raw handles).
-    groups = c.filter(pl.col("kind") == "group")
-    members = (
-        groups.select("chat_id", pl.col("participants").alias("handle"))
+def _group_names(chat_contacts: pl.DataFrame, handle_info: pl.DataFrame) -> pl.DataFrame:
+    """``chat_id, participants_name`` of the group chats: resolved names first, then raw handles."""
+    return (
+        chat_contacts.filter(pl.col("kind") == "group")
+        .select("chat_id", pl.col("participants").alias("handle"))
         .explode("handle")
         .drop_nulls("handle")
         .join(handle_info.select("handle", "person_name"), on="handle", how="left")
@@ -252,18 +331,15 @@ def resolve_contacts(
         .sort(["chat_id", "_raw", "_name"])
         .group_by("chat_id", maintain_order=True)
         .agg(pl.col("_name").alias("_names"))
-        .with_columns(_group_name(pl.col("_names")).alias("participants_name"))
+        .with_columns(_join_names(pl.col("_names")).alias("participants_name"))
         .select("chat_id", "participants_name")
     )
-    c = c.join(members, on="chat_id", how="left")
 
-    used = (
-        out_messages.group_by("contact_id", "channel")
-        .len()
-        .group_by("contact_id")
-        .agg(pl.col("channel").sort().alias("msg_channels"))
-    )
-    per_chat = c.filter(pl.col("contact_id") != UNKNOWN_CONTACT_ID).with_columns(
+
+def _per_contact(chat_contacts: pl.DataFrame, seen: pl.DataFrame) -> pl.DataFrame:
+    """One row per known contact: kind, person, the name candidates of :data:`NAME_PRECEDENCE`
+    and ``handles`` (a person's: every seen handle of theirs)."""
+    per_chat = chat_contacts.filter(pl.col("contact_id") != UNKNOWN_CONTACT_ID).with_columns(
         pl.when(pl.col("kind") == "group")
         .then(pl.col("participants"))
         .when(pl.col("person").is_not_null())
@@ -284,60 +360,39 @@ def resolve_contacts(
             pl.col("_handles").list.explode(keep_nulls=False, empty_as_null=False).drop_nulls().unique().sort().alias("handles"),
         )
     )
-    # A person's handles: every seen handle that belongs to them.
     person_handles_seen = (
         seen.drop_nulls("person").group_by("person").agg(pl.col("handle").unique().sort().alias("p_handles"))
     )
-    agg = agg.join(person_handles_seen, on="person", how="left").with_columns(
+    return agg.join(person_handles_seen, on="person", how="left").with_columns(
         pl.coalesce("p_handles", "handles").alias("handles")
     )
-    contacts = (
-        used.join(agg, on="contact_id", how="left")
+
+
+def _contact_rows(messages: pl.DataFrame, chat_contacts: pl.DataFrame, seen: pl.DataFrame) -> pl.DataFrame:
+    """CONTACTS_SCHEMA rows, sorted, for every contact that has a message."""
+    used = (
+        messages.group_by("contact_id", "channel")
+        .len()
+        .group_by("contact_id")
+        .agg(pl.col("channel").sort().alias("msg_channels"))
+    )
+    return (
+        used.join(_per_contact(chat_contacts, seen), on="contact_id", how="left")
         .with_columns(
             pl.when(pl.col("contact_id") == UNKNOWN_CONTACT_ID)
             .then(pl.lit("unknown"))
             .otherwise(pl.col("kind"))
             .alias("kind"),
         )
+        .pipe(contact_names)
         .with_columns(
-            pl.when(pl.col("kind") == "unknown").then(pl.lit(UNKNOWN_NAME))
-            .when(pl.col("person_name").is_not_null()).then(pl.col("person_name"))
-            .when(pl.col("chat_name").is_not_null()).then(pl.col("chat_name"))
-            .when(pl.col("participants_name").is_not_null()).then(pl.col("participants_name"))
-            .when(pl.col("kind") == "group").then(pl.lit(UNNAMED_GROUP))
-            .otherwise(pl.col("handle"))
-            .alias("display_name"),
-            pl.when(pl.col("kind") == "unknown").then(pl.lit("unknown"))
-            .when(pl.col("person_name").is_not_null()).then(pl.lit("addressbook"))
-            .when(pl.col("chat_name").is_not_null()).then(pl.lit("chat_name"))
-            .when(pl.col("participants_name").is_not_null()).then(pl.lit("participants"))
-            .when(pl.col("kind") == "group").then(pl.lit("unknown"))
-            .otherwise(pl.lit("handle"))
-            .alias("name_source"),
             pl.col("msg_channels").alias("channels"),
             pl.when(pl.col("kind") == "unknown")
-            .then(pl.lit([], dtype=pl.List(pl.Utf8)))
-            .otherwise(pl.col("handles").fill_null(pl.lit([], dtype=pl.List(pl.Utf8))))
+            .then(_EMPTY_LIST)
+            .otherwise(pl.col("handles").fill_null(_EMPTY_LIST))
             .alias("handles"),
         )
         .select(list(CONTACTS_SCHEMA.names()))
         .cast(dict(CONTACTS_SCHEMA))
         .sort("contact_id")
     )
-
-    n_resolved = int(seen.get_column("person").is_not_null().sum())
-    stats = {
-        "contacts": contacts.height,
-        "named_contacts": int(contacts.get_column("name_source").is_in(["addressbook", "chat_name", "participants"]).sum()),
-        "handles_resolved": n_resolved,
-        "handles_unresolved": seen.height - n_resolved,
-        "conflicts": len(conflicts),
-        "addressbook_handles": hmap.height,
-        "addressbook_bad_numbers": bad_numbers,
-    }
-    log.info(
-        "Contacts - %d contacts (%d named), %d handles resolved, %d unresolved, %d conflicts",
-        stats["contacts"], stats["named_contacts"], stats["handles_resolved"], stats["handles_unresolved"],
-        stats["conflicts"],
-    )
-    return ContactResolution(messages=out_messages, contacts=contacts, conflicts=conflicts, stats=stats)

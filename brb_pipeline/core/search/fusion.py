@@ -24,8 +24,10 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 FUSION_METHODS = ("rrf", "score")
 _QUOTED_RE = re.compile(r"[\"“”«»„]([^\"“”«»„]{2,})[\"“”«»„]")
@@ -247,6 +249,8 @@ def mmr_order(relevance: Sequence[float], vectors: np.ndarray, lam: float, k: in
         vectors: ``(n, d)`` item embeddings (normalized here).
         lam: 1 is pure relevance order, 0 pure novelty.
     """
+    import numpy as np  # here, so Settings reads the Fusion defaults without loading numpy
+
     n = len(relevance)
     if n == 0:
         return []

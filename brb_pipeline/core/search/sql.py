@@ -1,0 +1,124 @@
+"""The SQL that hybrid search runs: filters, the vector and BM25 candidate queries, the
+specific-term statistics and the store's catalog state. Builders only; :mod:`.hybrid` runs them.
+
+Query forms (``benchmarks/bench_search.py`` measures them):
+
+* Unfiltered vector search is ``ORDER BY array_cosine_distance(embedding, ?::FLOAT[d]) LIMIT n``
+  with the vector bound as a parameter; the plan uses ``HNSW_INDEX_SCAN``, and binding the vector
+  is faster than inlining it as a literal (parsing hundreds of float literals costs more).
+* Filtered vector search is an exact scan over the filtered rows. DuckDB applies a ``WHERE``
+  after the HNSW top-n, so a filtered HNSW query can return fewer than k rows; the exact scan
+  applies filters first and is cheap when the filter is selective (a contact). The optimizer
+  rewrites ``WHERE x = ? ORDER BY d LIMIT n`` into an HNSW scan, so the exact query sorts by
+  ``d, chunk_id`` (a shape it leaves alone; tested with EXPLAIN).
+* BM25 is the ``match_bm25`` formula over the FTS tables (see :func:`lexical_sql`), with the
+  filters joined in before the top-n as well.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timezone
+
+import duckdb
+
+from brb_pipeline.core.store.index import FTS_PARAMS, FTS_SCHEMA, HNSW_INDEX
+
+
+def _utc(ts: datetime) -> datetime:
+    return ts.replace(tzinfo=timezone.utc) if ts.tzinfo is None else ts.astimezone(timezone.utc)
+
+
+def filters(
+    contact_ids: Sequence[str] | None, channel: str | None, since: datetime | None, until: datetime | None
+) -> tuple[str, list]:
+    """SQL conjunction (or ``TRUE``) and its parameters. ``since``/``until`` select chunks that
+    overlap ``[since, until)``."""
+    clauses: list[str] = []
+    params: list = []
+    if contact_ids is not None:
+        clauses.append("list_contains(?::VARCHAR[], contact_id)")
+        params.append(list(contact_ids))
+    if channel is not None:
+        clauses.append("channel = ?")
+        params.append(channel)
+    if since is not None:
+        clauses.append("end_ts >= ?")
+        params.append(_utc(since))
+    if until is not None:
+        clauses.append("start_ts < ?")
+        params.append(_utc(until))
+    return (" AND ".join(clauses) or "TRUE"), params
+
+
+def vector_sql(dim: int, *, filtered: bool, where: str = "TRUE") -> str:
+    """The vector candidate query: HNSW-eligible when unfiltered, exact scan otherwise.
+
+    Parameters: the query vector, then the filter parameters (filtered only), then the limit.
+    """
+    dist = f"array_cosine_distance(embedding, ?::FLOAT[{int(dim)}])"
+    if not filtered:
+        # Exactly the shape the vss optimizer rewrites into HNSW_INDEX_SCAN.
+        return f"SELECT chunk_id, {dist} AS d FROM chunks ORDER BY d LIMIT ?"
+    # The second sort key keeps the vss optimizer from rewriting this into an HNSW scan that
+    # would apply the WHERE after its top-n (it does so for ``WHERE channel = ?``).
+    return f"SELECT chunk_id, {dist} AS d FROM chunks WHERE {where} ORDER BY d, chunk_id LIMIT ?"
+
+
+def lexical_sql(where: str = "TRUE") -> str:
+    """The BM25 candidate query. Parameters: query text, filter parameters, limit.
+
+    Same tokenizer, dictionary and formula as ``fts_main_chunks.match_bm25`` (Okapi BM25,
+    k1 = 1.2, b = 0.75, disjunctive; a test checks the scores match), but scored per ``docid``
+    and joined to ``chunks`` only for the scored documents: the macro instead evaluates a
+    correlated lookup for every row of ``chunks``, which is slower on a large store.
+    """
+    s = FTS_SCHEMA
+    join = f" JOIN chunks ON chunks.chunk_id = docs.name WHERE {where}" if where != "TRUE" else ""
+    return (
+        f"WITH qtok AS (SELECT DISTINCT stem(unnest({s}.tokenize(?)), '{FTS_PARAMS['stemmer']}') AS t), "
+        f"qt AS (SELECT d.termid, d.df FROM {s}.dict d JOIN qtok ON d.term = qtok.t), "
+        f"tf AS (SELECT docid, termid, count(*) AS tf FROM {s}.terms "
+        "WHERE termid IN (SELECT termid FROM qt) GROUP BY docid, termid), "
+        "sc AS (SELECT tf.docid, sum(log(((st.num_docs - qt.df) + 0.5) / (qt.df + 0.5) + 1) "
+        "* ((tf.tf * (1.2 + 1)) / (tf.tf + 1.2 * ((1 - 0.75) + 0.75 * (docs.len / st.avgdl))))) AS score "
+        f"FROM tf JOIN qt ON tf.termid = qt.termid JOIN {s}.docs docs ON docs.docid = tf.docid "
+        f"CROSS JOIN {s}.stats st GROUP BY tf.docid) "
+        f"SELECT docs.name AS chunk_id, sc.score FROM sc JOIN {s}.docs docs ON docs.docid = sc.docid{join} "
+        "ORDER BY sc.score DESC, docs.name LIMIT ?"
+    )
+
+
+def store_state(con: duckdb.DuckDBPyConnection) -> tuple[bool, bool, bool, int | None, str]:
+    """(chunks table, HNSW index, FTS index, embedding dim, catalog) from two cheap catalog reads
+    (``duckdb_columns()`` alone costs more, so the dim comes from ``meta``)."""
+    row = con.execute(
+        "SELECT count(*) FILTER (WHERE schema_name = 'main' AND table_name = 'chunks'),"
+        " count(*) FILTER (WHERE schema_name = ? AND table_name IN ('docs', 'dict', 'terms', 'stats')),"
+        " count(*) FILTER (WHERE schema_name = 'main' AND table_name = 'meta'),"
+        " (SELECT count(*) FROM duckdb_indexes() WHERE database_name = current_database() AND index_name = ?),"
+        " any_value(current_database())"
+        " FROM duckdb_tables() WHERE database_name = current_database()",
+        [FTS_SCHEMA, HNSW_INDEX],
+    ).fetchone()
+    has_chunks, fts_tables, has_meta, has_hnsw, catalog = row
+    dim = None
+    if has_chunks and has_meta:
+        got = con.execute("SELECT value FROM meta WHERE key = 'dim'").fetchone()
+        dim = int(got[0]) if got else None
+    if has_chunks and dim is None:
+        typ = con.execute(
+            "SELECT any_value(data_type) FROM duckdb_columns() WHERE database_name = current_database() "
+            "AND schema_name = 'main' AND table_name = 'chunks' AND column_name = 'embedding'"
+        ).fetchone()[0]
+        dim = int(typ.split("[")[1].rstrip("]"))
+    return bool(has_chunks), bool(has_hnsw), fts_tables == 4, dim, catalog or ""
+
+
+def term_stats_sql() -> str:
+    """(min df of the query's terms in the BM25 dictionary, indexed documents). Parameter: the query."""
+    s = FTS_SCHEMA
+    return (
+        f"SELECT (SELECT min(d.df) FROM {s}.dict d WHERE d.term IN "
+        f"(SELECT stem(unnest({s}.tokenize(?)), '{FTS_PARAMS['stemmer']}'))), (SELECT num_docs FROM {s}.stats)"
+    )
