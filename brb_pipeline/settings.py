@@ -78,14 +78,12 @@ class Settings:
     # Saving. DuckDB memory limit of the connection that loads partitions into brb.duckdb:
     # uncommitted rows beyond it spill to <home>/brb.duckdb.tmp instead of staying in RAM, so a
     # load's working set stays flat as the store grows (a load whose rows are too wide for it is
-    # retried without it). "" = DuckDB's default (80% of RAM). 256MB: on the full demo corpus
-    # (64K chunks) reloading a 30K-chunk partition set took 1.9 s at 256MB and 128MB, while at
-    # 64MB it spilled for 44 s and then failed (and was retried).
+    # retried without it). "" = DuckDB's default (80% of RAM); the README says why 256MB.
     duckdb_load_memory_limit: str = "256MB"
     # Indexes and search.
     hnsw_m: int = 16
     hnsw_ef_construction: int = 128
-    hnsw_ef_search: int = 256  # dev half: 64 -> 256 raised vector hit@5 0.551 -> 0.571 (HNSW recall), p50 58 -> 55 ms
+    hnsw_ef_search: int = 256  # HNSW recall at query time; chosen on the dev half (README, Search)
     rrf_k: int = _FUSION.rrf_k
     # Hybrid fusion and the relevance floor (core/search/fusion.py), chosen on the dev half of
     # benchmarks/questions/ with benchmarks/bench_retrieval.py (its results hold every variant).
