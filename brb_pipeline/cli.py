@@ -336,7 +336,7 @@ def search(query, contacts, since, until, mode, k, channel, context, diversity, 
     QUERY "-" keeps the store open and answers one query per stdin line, printing one JSON
     object per line (an error object for a query that fails); the options apply to every query.
     """
-    # DuckDB's client imports pandas (~0.3 s, a third of a one-shot search) the first time it binds
+    # DuckDB's client imports pandas (a large share of a one-shot search) the first time it binds
     # a parameter, to ask whether the value is a pandas object; a search binds none, and nothing
     # else on this path uses pandas, so this process treats it as absent unless already loaded.
     sys.modules.setdefault("pandas", None)

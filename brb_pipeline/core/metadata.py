@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from brb_pipeline.core.errors import StoreError
 
-if TYPE_CHECKING:  # polars costs ~0.15 s to import; a one-shot search reads contacts without it
+if TYPE_CHECKING:  # polars is slow to import; a one-shot search reads contacts without it
     import polars as pl
 
 SCHEMA = """

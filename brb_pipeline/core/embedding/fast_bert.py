@@ -2,10 +2,9 @@
 
 Same math as ``mlx_embeddings.models.bert`` + mean pooling + L2 norm, arranged around what MLX's
 Linux CPU backend does well (GEMMs, through OpenBLAS: see :mod:`brb_pipeline.core.embedding.blas`) and
-what it does badly. Measured per op on the 2-core dev machine (CPU time, one layer, 4,104
-tokens): the four GEMMs ~160 ms at ~90 GFLOP/s; MLX's exact-erf GELU ~13 ns/element
-(~80 ms even ``mx.compile``-d: its exp/erf/fma are scalar calls in the JIT-compiled loop);
-``mx.softmax`` ~15 ns/element. numpy's SIMD exp/tanh do the same in ~1-3 ns/element.
+what it does badly: the GEMMs run at BLAS speed, while MLX's exact-erf GELU and ``mx.softmax``
+are scalar calls per element (also when ``mx.compile``-d), several times slower than numpy's SIMD
+exp/tanh over the same buffers (per-op figures: ``benchmarks/bench_embedding.py`` and the README).
 
 What this forward does about it:
 
@@ -217,7 +216,7 @@ class FastBert:
         ly = self.layers[li]
         nh, hd = c.num_heads, c.hidden_size // c.num_heads
         qkv = mx.addmm(ly["qkv_b"], st.x, ly["qkv_w"]).reshape(st.B, st.L, 3, nh, hd)
-        # Contiguous operands: MLX's batched matmul is ~1.5x faster than on transposed views.
+        # Contiguous operands: MLX's batched matmul is faster on them than on transposed views.
         q = mx.contiguous(qkv[:, :, 0].transpose(0, 2, 1, 3))  # (B, nh, L, hd), pre-scaled
         kt = mx.contiguous(qkv[:, :, 1].transpose(0, 2, 3, 1))  # (B, nh, hd, L)
         st.v = mx.contiguous(qkv[:, :, 2].transpose(0, 2, 1, 3))  # (B, nh, L, hd)
