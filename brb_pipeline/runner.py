@@ -388,14 +388,14 @@ def wipe_derived_events(s: Settings) -> int:
     names = [*DERIVED_TEXT_ASSETS, *PEOPLE_ASSETS]
     keys = [dg.AssetKey(k) for k in names]
     instance.wipe_assets(keys)
-    history = s.dagster_home / "history"
+    history = paths.dagster_history(s)
     shards = history / "runs"
     for job in PERSON_JOBS:
         for run in instance.get_runs(filters=dg.RunsFilter(job_name=job)):
             instance.delete_run(run.run_id)
             for suffix in (".db", ".db-wal", ".db-shm"):
                 (shards / f"{run.run_id}{suffix}").unlink(missing_ok=True)
-            shutil.rmtree(s.dagster_home / "storage" / run.run_id, ignore_errors=True)
+            shutil.rmtree(paths.dagster_run_files(s, run.run_id), ignore_errors=True)
     instance.dispose()
     marks = ",".join("?" * len(names))
     params = [k.to_string() for k in keys] + names

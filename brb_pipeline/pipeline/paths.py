@@ -89,6 +89,16 @@ def dagster_config(s: Settings) -> Path:
     return s.dagster_home / "dagster.yaml"
 
 
+def dagster_history(s: Settings) -> Path:
+    """Dagster's SQLite run and event storage: ``runs.db``, ``index.db`` and ``runs/<run_id>.db``."""
+    return s.dagster_home / "history"
+
+
+def dagster_run_files(s: Settings, run_id: str) -> Path:
+    """What Dagster keeps on disk for one run (compute logs, outputs)."""
+    return s.dagster_home / "storage" / run_id
+
+
 def atomic_write_parquet(frame, path: Path) -> None:
     """Write a polars frame to ``path`` via a temp file and rename (readers never see half a file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
