@@ -9,7 +9,7 @@ from brb_pipeline.assets import automation
 from brb_pipeline.assets.jobs import contact_backfill_job
 from brb_pipeline.assets.checks import ALL_CHECKS
 from brb_pipeline.assets.groups import INGEST, INSIGHTS, PER_BATCH, STORE, contact_batches_partitions
-from brb_pipeline.assets.resources import BrbSettings, runtime_resource
+from brb_pipeline.assets.resources import BrbSettings, Runtime
 
 ALL_ASSETS = [
     ingest.source_snapshot, ingest.parsed_messages, ingest.contacts, ingest.contact_batches,
@@ -28,8 +28,9 @@ finalize_job = dg.define_asset_job("finalize_job", selection=dg.AssetSelection.g
                                    description="Load the store, build indexes, redraw the insights map.")
 
 
-def resources(home: str = "", runtime=None) -> dict:
-    return {"brb": BrbSettings(home=home), "runtime": runtime_resource(runtime)}
+def resources(home: str = "", runtime: Runtime | None = None) -> dict:
+    """The resources every asset takes: the settings of ``home`` and the in-process runtime."""
+    return {"brb": BrbSettings(home=home), "runtime": runtime or Runtime()}
 
 
 reingest_schedule = automation.reingest_schedule(ingest_job)

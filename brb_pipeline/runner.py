@@ -18,11 +18,12 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
-import polars as pl
 
 from brb_pipeline.assets.groups import INGEST, INSIGHTS, PER_BATCH, STORE
 from brb_pipeline.assets.resources import Runtime
@@ -30,7 +31,8 @@ from brb_pipeline.core import metadata
 from brb_pipeline.core import errors as errors_mod
 from brb_pipeline.core.errors import BrbError, CancelledError, CheckFailedError
 from brb_pipeline.core.progress import CancelToken, Progress
-from brb_pipeline.core.store.chunks import partition_path
+from brb_pipeline.pipeline import paths
+from brb_pipeline.pipeline.incremental import force_batches, pending_work
 from brb_pipeline.settings import Settings
 
 log = logging.getLogger("brb")
@@ -69,7 +71,7 @@ def instance_for(s: Settings) -> dg.DagsterInstance:
     """The Dagster instance under ``<home>/dagster`` (created on first use)."""
     home = s.dagster_home
     home.mkdir(parents=True, exist_ok=True)
-    cfg = home / "dagster.yaml"
+    cfg = paths.dagster_config(s)
     if not cfg.exists():
         cfg.write_text(INSTANCE_YAML.format(base=str(home)))
     os.environ["DAGSTER_HOME"] = str(home)
@@ -81,29 +83,13 @@ class RunLog:
 
     def __init__(self, s: Settings, run_id: str) -> None:
         self.run_id = run_id
-        self.path = s.home / "logs" / f"ingest-{run_id}.log"
+        self.path = paths.run_log(s, run_id)
         self.warnings: list[dict[str, Any]] = []
 
     def write(self, text: str) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as f:
             f.write(text.rstrip() + "\n")
-
-
-def _materialize(assets_sel: dg.AssetSelection, s: Settings, runtime: Runtime, instance: dg.DagsterInstance,
-                 run_log: RunLog, partition_key: str | None = None) -> dg.ExecuteInProcessResult:
-    from brb_pipeline.definitions import ALL_DEFS, resources
-
-    result = dg.materialize(ALL_DEFS, selection=assets_sel, instance=instance, partition_key=partition_key,
-                            resources=resources(home=str(s.home), runtime=runtime),
-                            run_config={"loggers": {"console": {"config": {"log_level": DAGSTER_CONSOLE_LEVEL}}}},
-                            tags={"brb/source": "cli", **_process_tags(run_log.run_id)}, raise_on_error=False)
-    errors = _read_checks(result, run_log, runtime.progress)
-    if errors:
-        raise CheckFailedError("; ".join(errors) + " (the previous store is kept)")
-    if not result.success:
-        raise _step_failure(result, run_log)
-    return result
 
 
 def _meta(result: dg.ExecuteInProcessResult, asset: str) -> dict[str, Any]:
@@ -214,6 +200,52 @@ def abandon_own_runs(s: Settings, reason: str) -> None:
         instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
 
 
+class _Run:
+    """One headless ingestion: its settings and runtime, the Dagster instance, its row in brb.db,
+    its log and the seconds each step took."""
+
+    def __init__(self, s: Settings, runtime: Runtime) -> None:
+        self.s, self.runtime = s, runtime
+        self.instance = instance_for(s)
+        s.save()
+        reclaim_dead_runs(s, self.instance)
+        self.t0 = time.perf_counter()
+        self.timings: dict[str, float] = {}
+        self.run_id = metadata.start_run(s.brb_db, str(s.snapshot_dir))
+        self.log = RunLog(s, self.run_id)
+
+    @contextmanager
+    def timed(self, step: str) -> Iterator[None]:
+        t = time.perf_counter()
+        yield
+        self.timings[step] = round(time.perf_counter() - t, 3)
+
+    def materialize(self, selection: dg.AssetSelection, partition_key: str | None = None) -> dg.ExecuteInProcessResult:
+        """One Dagster run of ``selection``; a failed ERROR check or step raises its library error."""
+        from brb_pipeline.definitions import ALL_DEFS, resources
+
+        result = dg.materialize(ALL_DEFS, selection=selection, instance=self.instance, partition_key=partition_key,
+                                resources=resources(home=str(self.s.home), runtime=self.runtime),
+                                run_config={"loggers": {"console": {"config": {"log_level": DAGSTER_CONSOLE_LEVEL}}}},
+                                tags={"brb/source": "cli", **_process_tags(self.run_id)}, raise_on_error=False)
+        errors = _read_checks(result, self.log, self.runtime.progress)
+        if errors:
+            raise CheckFailedError("; ".join(errors) + " (the previous store is kept)")
+        if not result.success:
+            raise _step_failure(result, self.log)
+        return result
+
+    def finish(self, status: str, error: BaseException | None = None, stats: dict[str, Any] | None = None) -> None:
+        """Record the run's end in brb.db (with its check warnings unless it was cancelled)."""
+        if self.log.warnings and status != "cancelled":
+            metadata.set_run_warnings(self.s.brb_db, self.run_id, self.log.warnings)
+        if error is None:
+            metadata.finish_run(self.s.brb_db, self.run_id, status=status, timings=self.timings, stats=stats)
+        else:
+            message = str(error) if status == "cancelled" else str(error)[:500]
+            metadata.finish_run(self.s.brb_db, self.run_id, status=status, timings=self.timings, error=message)
+
+
 def run_ingest(
     s: Settings,
     *,
@@ -237,174 +269,91 @@ def run_ingest(
         reembed: embed every chunk of every processed batch again instead of reusing the vectors
             of chunks whose text did not change (all batches are processed).
     """
-    from brb_pipeline.sources.snapshot import check_destination
-
-    # missing files are reported by the snapshot; only real source folders are guarded here
-    sources = [p for p in (s.chat_db, s.whatsapp_db if s.whatsapp_enabled else None) if p and Path(p).expanduser().exists()]
-    check_destination(s.home, [Path(p).expanduser().parent for p in sources]
-                      + ([s.addressbook_dir] if s.addressbook_dir else []))
+    _guard_sources(s)
     progress = progress or Progress()
-    cancel = cancel or CancelToken()
-    runtime = Runtime(progress, cancel, embedder)
-    runtime.reembed = reembed
-    instance = instance_for(s)
-    s.save()
-    reclaim_dead_runs(s, instance)
-    t_all = time.perf_counter()
-    timings: dict[str, float] = {}
-    run_id = metadata.start_run(s.brb_db, str(s.snapshot_dir))
-    run_log = RunLog(s, run_id)
+    runtime = Runtime(progress, cancel or CancelToken(), embedder, reembed=reembed)
+    run = _Run(s, runtime)
     stop_forwarding = progress.forward_logs()  # pipeline warnings reach JSON lines, not only stderr
     try:
-        t = time.perf_counter()
-        r = _materialize(dg.AssetSelection.groups(INGEST), s, runtime, instance, run_log)
-        timings["ingest"] = round(time.perf_counter() - t, 3)
-        parsed = _meta(r, "parsed_messages")
-        batches_meta = _meta(r, "contact_batches")
-        parse_stats = {k: v for k, v in parsed.items() if k.startswith(("stat_", "pct_"))}
-        metadata.update_run_stats(s.brb_db, run_id, messages=int(parsed.get("messages", 0)),
-                                  first_ts=parsed.get("first_ts"), last_ts=parsed.get("last_ts"), stats=parse_stats)
-        all_batches = metadata.all_batches(s.brb_db)
-        changed = [b for b in str(batches_meta.get("changed", "none")).split(", ") if b and b != "none"]
-        missing = [b["batch"] for b in all_batches if not partition_path(s.staging_dir, b["batch"]).exists()]
-        forced = _batches_of(s, only_contacts) if only_contacts else []
-        if reembed and not only_contacts:
-            forced = [b["batch"] for b in all_batches]
-        if forced:
-            metadata.reset_embedded(s.brb_db, forced)
-        todo = sorted(set(changed) | set(missing) | set(forced))
-        t = time.perf_counter()
-        plan = _BatchPlan(todo, all_batches)
-        runtime.embed_progress = embed_progress = _EmbedProgress(progress, plan, _display_names(s))
-        for i, b in enumerate(todo):
-            cancel.check()
-            plan.report_chunking(progress, i, f"{b} ({i + 1}/{len(todo)})")
-            _materialize(dg.AssetSelection.groups(PER_BATCH), s, runtime, instance, run_log, partition_key=b)
-        plan.report_chunking(progress, len(todo), f"{len(todo)} batches")
-        embed_progress.report_end(f"{len(todo)} batches embedded, {len(all_batches) - len(todo)} unchanged")
-        timings["batches"] = round(time.perf_counter() - t, 3)
-        cancel.check()
-        t = time.perf_counter()
-        sel = dg.AssetSelection.groups(STORE, INSIGHTS) if analyze else dg.AssetSelection.groups(STORE)
-        r = _materialize(sel, s, runtime, instance, run_log)
-        timings["finalize"] = round(time.perf_counter() - t, 3)
+        parsed = _ingest(run)
+        todo, batches = _run_batches(run, only_contacts, reembed)
+        runtime.cancel.check()
+        with run.timed("finalize"):
+            r = run.materialize(dg.AssetSelection.groups(STORE, INSIGHTS) if analyze
+                                else dg.AssetSelection.groups(STORE))
+        run.timings["total"] = round(time.perf_counter() - run.t0, 3)
         store_meta = _meta(r, "chunk_store")
-        map_meta = _meta(r, "insights_map")
-        timings["total"] = round(time.perf_counter() - t_all, 3)
         summary = {
-            "run_id": run_id,
+            "run_id": run.run_id,
             "messages": int(parsed.get("messages", 0)),
-            "batches": len(all_batches),
+            "batches": batches,
             "batches_processed": todo,
             "chunks": int(store_meta.get("chunks", 0)),
             "store_changed": bool(store_meta.get("changed", False)),
-            "map": map_meta.get("html"),
-            "warnings": run_log.warnings,
-            "timings": timings,
+            "map": _meta(r, "insights_map").get("html"),
+            "warnings": run.log.warnings,
+            "timings": run.timings,
         }
-        if run_log.warnings:
-            metadata.set_run_warnings(s.brb_db, run_id, run_log.warnings)
-        metadata.finish_run(s.brb_db, run_id, status="success", timings=timings,
-                            stats={**parse_stats, **{k: v for k, v in summary.items() if k not in ("timings", "warnings")}})
+        run.finish("success", stats={**_parse_stats(parsed),
+                                     **{k: v for k, v in summary.items() if k not in ("timings", "warnings")}})
         return summary
     except CancelledError as e:
-        metadata.finish_run(s.brb_db, run_id, status="cancelled", timings=timings, error=str(e))
+        run.finish("cancelled", e)
         raise
     except BaseException as e:
-        if run_log.warnings:
-            metadata.set_run_warnings(s.brb_db, run_id, run_log.warnings)
-        metadata.finish_run(s.brb_db, run_id, status="failed", timings=timings, error=str(e)[:500])
+        run.finish("failed", e)
         raise
     finally:
         stop_forwarding()
 
 
-def _batches_of(s: Settings, contact_ids: list[str]) -> list[str]:
-    contacts = metadata.read_contacts(s.brb_db)
-    return sorted(set(contacts.filter(pl.col("contact_id").is_in(contact_ids))["batch"].drop_nulls().to_list()))
+def _guard_sources(s: Settings) -> None:
+    """Refuse a home inside a source folder (missing source files are the snapshot's to report)."""
+    from brb_pipeline.sources.snapshot import check_destination
+
+    sources = [p for p in (s.chat_db, s.whatsapp_db if s.whatsapp_enabled else None)
+               if p and Path(p).expanduser().exists()]
+    check_destination(s.home, [Path(p).expanduser().parent for p in sources]
+                      + ([s.addressbook_dir] if s.addressbook_dir else []))
 
 
-class _BatchPlan:
-    """The batches a run chunks and embeds, in order, weighted by their message counts: the
-    chunking and embedding percents advance by messages, so a top batch of ten busy contacts
-    weighs more than a tail batch of fifty quiet ones and the ETA extrapolates fairly."""
+def _parse_stats(parsed: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in parsed.items() if k.startswith(("stat_", "pct_"))}
 
-    def __init__(self, todo: list[str], batches: list[dict[str, Any]]) -> None:
-        rows = {b["batch"]: b for b in batches}
-        self.todo = todo
-        self.messages = {b: int(rows.get(b, {}).get("messages") or 0) for b in todo}
-        self.contacts = {b: int(rows.get(b, {}).get("contacts") or 0) for b in todo}
-        self.before: dict[str, int] = {}
-        acc = 0
+
+def _ingest(run: _Run) -> dict[str, Any]:
+    """Snapshot, parse, contacts and batches in one Dagster run; the parse numbers go to brb.db.
+
+    Returns:
+        ``parsed_messages``' metadata.
+    """
+    with run.timed("ingest"):
+        r = run.materialize(dg.AssetSelection.groups(INGEST))
+    parsed = _meta(r, "parsed_messages")
+    metadata.update_run_stats(run.s.brb_db, run.run_id, messages=int(parsed.get("messages", 0)),
+                              first_ts=parsed.get("first_ts"), last_ts=parsed.get("last_ts"),
+                              stats=_parse_stats(parsed))
+    return parsed
+
+
+def _run_batches(run: _Run, only_contacts: list[str] | None, reembed: bool) -> tuple[list[str], int]:
+    """One Dagster run per batch :func:`pending_work` lists (after forcing ``only_contacts``'
+    batches, or every batch with ``reembed``), cancel checked between them.
+
+    Returns:
+        (the batches processed, how many batches there are).
+    """
+    s, runtime = run.s, run.runtime
+    force_batches(s, only_contacts, every=reembed)
+    todo = pending_work(s, runtime.embedder(s).model_id)["to_embed"]
+    batches = len(metadata.all_batches(s.brb_db))
+    with run.timed("batches"):
+        runtime.batches.start(s, todo)
         for b in todo:
-            self.before[b] = acc
-            acc += max(1, self.messages[b])
-        self.weight = max(1, acc)
-
-    def percent(self, batch: str, frac: float) -> float:
-        """Percent of the whole loop once ``frac`` (0-1) of ``batch`` is done."""
-        if batch not in self.before:
-            return 0.0
-        return 100 * (self.before[batch] + frac * max(1, self.messages[batch])) / self.weight
-
-    def totals(self, done: list[str]) -> dict[str, int]:
-        """Batches, contacts and messages of the finished batches ``done``, and of all."""
-        return {"batches_done": len(done), "batches_total": len(self.todo),
-                "contacts_done": sum(self.contacts[b] for b in done), "contacts_total": sum(self.contacts.values()),
-                "messages_done": sum(self.messages[b] for b in done), "messages_total": sum(self.messages.values())}
-
-    def report_chunking(self, progress: Progress, i: int, message: str) -> None:
-        """Chunking as batch ``i`` starts (``i == len(todo)``: all done); rate in messages/s."""
-        done = self.todo[:i]
-        pct = 100.0 if i >= len(self.todo) else self.percent(self.todo[i], 0.0)
-        stats = self.totals(done)
-        progress.update("chunking", pct, message, current_contact=self.todo[i] if i < len(self.todo) else None,
-                        count=stats["messages_done"], unit="messages", **stats)
-
-
-class _EmbedProgress:
-    """``run_embed`` callbacks, one per batch, reporting the embedding stage as a whole: percent
-    by messages, the batch's chunks done and total, chunks embedded in the run so far (the rate
-    and ETA), batches and contacts finished, and whose chunks are embedded (display name, else
-    the batch key). Names only, never message text."""
-
-    def __init__(self, progress: Progress, plan: _BatchPlan, names: dict[str, str]) -> None:
-        self.progress, self.plan, self.names = progress, plan, names
-        self.done: dict[str, int] = {}  # batch -> chunks embedded
-        self.finished: list[str] = []
-
-    def __call__(self, batch: str):
-        def cb(done: int, total: int, contact_id: str | None = None) -> None:
-            frac = done / total if total else 1.0
-            self.done[batch] = done
-            if frac >= 1.0 and batch not in self.finished:
-                self.finished.append(batch)
-            embedded = sum(self.done.values())
-            stats = self.plan.totals(self.finished)
-            del stats["messages_done"], stats["messages_total"]
-            self.progress.update("embedding", self.plan.percent(batch, frac), f"{batch} {done:,}/{total:,} chunks",
-                                 current_contact=self.names.get(contact_id or "") or batch,
-                                 count=embedded, unit="chunks", batch=batch, chunks_done=done, chunks_total=total,
-                                 chunks_embedded=embedded, **stats)
-
-        return cb
-
-    def report_end(self, message: str) -> None:
-        embedded = sum(self.done.values())
-        stats = self.plan.totals(self.plan.todo)
-        del stats["messages_done"], stats["messages_total"]
-        self.progress.update("embedding", 100, message, count=embedded, unit="chunks",
-                             chunks_embedded=embedded, **stats)
-
-
-def _display_names(s: Settings) -> dict[str, str]:
-    """contact_id -> display name, for ``current_contact`` in progress."""
-    contacts = metadata.read_contacts(s.brb_db)
-    return {c: n for c, n in zip(contacts["contact_id"].to_list(), contacts["display_name"].to_list()) if n}
-
-
-def home_exists(s: Settings) -> bool:
-    return Path(s.brb_db).exists()
+            runtime.cancel.check()
+            run.materialize(dg.AssetSelection.groups(PER_BATCH), partition_key=b)
+        runtime.batches.finish(unchanged=batches - len(todo))
+    return todo, batches
 
 
 DERIVED_TEXT_ASSETS = ("cluster_labels", "insights_map", "clusters")
@@ -433,20 +382,20 @@ def wipe_derived_events(s: Settings) -> int:
 
     from brb_pipeline.assets.jobs import PERSON_JOBS
 
-    if not (s.dagster_home / "dagster.yaml").exists():
+    if not paths.dagster_config(s).exists():
         return 0
     instance = instance_for(s)
     names = [*DERIVED_TEXT_ASSETS, *PEOPLE_ASSETS]
     keys = [dg.AssetKey(k) for k in names]
     instance.wipe_assets(keys)
-    history = s.dagster_home / "history"
+    history = paths.dagster_history(s)
     shards = history / "runs"
     for job in PERSON_JOBS:
         for run in instance.get_runs(filters=dg.RunsFilter(job_name=job)):
             instance.delete_run(run.run_id)
             for suffix in (".db", ".db-wal", ".db-shm"):
                 (shards / f"{run.run_id}{suffix}").unlink(missing_ok=True)
-            shutil.rmtree(s.dagster_home / "storage" / run.run_id, ignore_errors=True)
+            shutil.rmtree(paths.dagster_run_files(s, run.run_id), ignore_errors=True)
     instance.dispose()
     marks = ",".join("?" * len(names))
     params = [k.to_string() for k in keys] + names

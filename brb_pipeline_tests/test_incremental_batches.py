@@ -22,6 +22,7 @@ from brb_pipeline.core.contacts.batching import assign_batches
 from brb_pipeline.core.embedding.models import HashEmbedder
 from brb_pipeline.demo.generate import build_demo_archive
 from brb_pipeline.pipeline import embed, ingest, paths
+from brb_pipeline.pipeline.incremental import pending_work
 from brb_pipeline.pipeline.privacy import forget_contacts
 from brb_pipeline.pipeline.store import run_load
 from brb_pipeline.runner import run_ingest
@@ -187,7 +188,7 @@ def _settings(home, archive):
 def _partitions(s) -> pl.DataFrame:
     """(batch, contact_id, embedding_text, embedding (n, 64)) of every current partition."""
     keys = [b["batch"] for b in metadata.all_batches(s.brb_db)]
-    frames = [pl.read_parquet(embed.partition_path(s.staging_dir, b),
+    frames = [pl.read_parquet(paths.partition(s, b),
                               columns=["batch", "contact_id", "embedding_text", "embedding"]) for b in keys]
     return pl.concat(frames)
 
@@ -246,7 +247,9 @@ def _stages(s, emb) -> dict[str, dict]:
     ingest.run_parse(s)
     ingest.run_contacts(s)
     keys, changed, _ = ingest.run_batches(s, emb.model_id)
-    todo = sorted(set(changed) | {b for b in keys if not embed.partition_path(s.staging_dir, b).exists()})
+    todo = pending_work(s, emb.model_id)["to_embed"]  # what the runner runs
+    # the changed batches run_batches reports (display metadata) plus those without a partition
+    assert todo == sorted(set(changed) | {b for b in keys if not paths.partition(s, b).exists()})
     out = {}
     for b in todo:
         embed.run_chunk(s, b, emb.document_prefix)
@@ -297,17 +300,17 @@ def test_stale_partitions_are_filtered_by_forget_and_pruned_at_load(tmp_path):
     run_ingest(s, embedder=CountingEmbedder(), analyze=False)
     person = metadata.read_contacts(s.brb_db).filter(pl.col("kind") == "direct").row(0, named=True)
     stale = "batch-099"  # as a batch that was emptied (its contacts left) would leave behind
-    for src, dst in ((embed.partition_path(s.staging_dir, person["batch"]), embed.partition_path(s.staging_dir, stale)),
+    for src, dst in ((paths.partition(s, person["batch"]), paths.partition(s, stale)),
                      (paths.chunks(s, person["batch"]), paths.chunks(s, stale))):
         shutil.copy(src, dst)
     texts = set(pl.read_parquet(paths.chunks(s, stale)).filter(pl.col("contact_id") == person["contact_id"])["content"])
     assert texts
 
     forget_contacts(s, [person["contact_id"]])
-    for p in (embed.partition_path(s.staging_dir, stale), paths.chunks(s, stale)):
+    for p in (paths.partition(s, stale), paths.chunks(s, stale)):
         assert not texts & set(pl.read_parquet(p, columns=["content"])["content"]), p
 
     res = run_load(s)
     assert res["staged_files_pruned"] >= 2
-    assert not embed.partition_path(s.staging_dir, stale).exists() and not paths.chunks(s, stale).exists()
-    assert embed.partition_path(s.staging_dir, person["batch"]).exists()  # live batches are kept
+    assert not paths.partition(s, stale).exists() and not paths.chunks(s, stale).exists()
+    assert paths.partition(s, person["batch"]).exists()  # live batches are kept

@@ -8,6 +8,7 @@ import dagster as dg
 
 from brb_pipeline.assets.ingest import parsed_messages
 from brb_pipeline.assets.insights import clusters
+from brb_pipeline.assets.resources import BrbSettings
 from brb_pipeline.assets.store import chunk_store, text_index, vector_index
 from brb_pipeline.core import checks, metadata
 from brb_pipeline.core.store import duck
@@ -18,15 +19,15 @@ def _result(ok: bool, details: dict, severity: dg.AssetCheckSeverity) -> dg.Asse
     return dg.AssetCheckResult(passed=ok, severity=severity, metadata=details)
 
 
-@dg.asset_check(asset=parsed_messages, required_resource_keys={"brb"},
+@dg.asset_check(asset=parsed_messages,
                 description="At most 1% of messages have an attributedBody that decoded to nothing.")
-def undecodable_messages(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-    s = context.resources.brb.load()
+def undecodable_messages(brb: BrbSettings) -> dg.AssetCheckResult:
+    s = brb.load()
     return _result(*checks.undecodable_share(paths.parsed_messages(s)), dg.AssetCheckSeverity.WARN)
 
 
-def _store_check(context: dg.AssetCheckExecutionContext, fn, severity=dg.AssetCheckSeverity.ERROR):
-    s = context.resources.brb.load()
+def _store_check(brb: BrbSettings, fn, severity=dg.AssetCheckSeverity.ERROR):
+    s = brb.load()
     # a load's checks look at the copy it wrote (published only once its indexes are built)
     target = paths.store_next(s) if paths.store_next(s).exists() else s.duckdb_path
     con = duck.connect(target, read_only=True)
@@ -36,46 +37,45 @@ def _store_check(context: dg.AssetCheckExecutionContext, fn, severity=dg.AssetCh
         con.close()
 
 
-@dg.asset_check(asset=chunk_store, required_resource_keys={"brb"}, blocking=True,
+@dg.asset_check(asset=chunk_store, blocking=True,
                 description="No duplicate chunk ids; chunk count plausible for the message count.")
-def chunk_count_sanity(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+def chunk_count_sanity(brb: BrbSettings) -> dg.AssetCheckResult:
     def fn(s, con):
         contacts = metadata.read_contacts(s.brb_db)
         messages = int(contacts["messages"].sum()) if contacts.height else 0
         return checks.chunk_count_sane(con, messages, s.stride)
 
-    return _store_check(context, fn)
+    return _store_check(brb, fn)
 
 
-@dg.asset_check(asset=chunk_store, required_resource_keys={"brb"}, blocking=True,
+@dg.asset_check(asset=chunk_store, blocking=True,
                 description="Every embedding is finite and unit-length (no NaN or zero vectors).")
-def vectors_are_valid(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-    return _store_check(context, lambda s, con: checks.vectors_valid(con))
+def vectors_are_valid(brb: BrbSettings) -> dg.AssetCheckResult:
+    return _store_check(brb, lambda s, con: checks.vectors_valid(con))
 
 
-@dg.asset_check(asset=chunk_store, required_resource_keys={"brb"}, blocking=True,
+@dg.asset_check(asset=chunk_store, blocking=True,
                 description="One embedding model across the whole store.")
-def single_embedding_model(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-    return _store_check(context, lambda s, con: checks.single_model(con))
+def single_embedding_model(brb: BrbSettings) -> dg.AssetCheckResult:
+    return _store_check(brb, lambda s, con: checks.single_model(con))
 
 
-@dg.asset_check(asset=vector_index, required_resource_keys={"brb"},
+@dg.asset_check(asset=vector_index,
                 description="The HNSW index exists and covers every stored chunk.")
-def hnsw_covers_store(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-    return _store_check(context, lambda s, con: checks.index_complete(con, "hnsw"))
+def hnsw_covers_store(brb: BrbSettings) -> dg.AssetCheckResult:
+    return _store_check(brb, lambda s, con: checks.index_complete(con, "hnsw"))
 
 
-@dg.asset_check(asset=text_index, required_resource_keys={"brb"},
+@dg.asset_check(asset=text_index,
                 description="The BM25 index exists and covers every stored chunk.")
-def bm25_covers_store(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-    return _store_check(context, lambda s, con: checks.index_complete(con, "fts"))
+def bm25_covers_store(brb: BrbSettings) -> dg.AssetCheckResult:
+    return _store_check(brb, lambda s, con: checks.index_complete(con, "fts"))
 
 
-@dg.asset_check(asset=clusters, required_resource_keys={"brb"},
+@dg.asset_check(asset=clusters,
                 description="At most 35% of chunks stay unclustered after noise reassignment.")
-def cluster_noise_share(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-    s = context.resources.brb.load()
-    return _result(*checks.noise_share(s.staging_dir / "insights" / "clusters.parquet"), dg.AssetCheckSeverity.WARN)
+def cluster_noise_share(brb: BrbSettings) -> dg.AssetCheckResult:
+    return _result(*checks.noise_share(paths.clusters(brb.load())), dg.AssetCheckSeverity.WARN)
 
 
 ALL_CHECKS = [undecodable_messages, chunk_count_sanity, vectors_are_valid, single_embedding_model,

@@ -4,43 +4,46 @@
 import dagster as dg
 
 from brb_pipeline.assets.groups import INGEST, contact_batches_partitions
+from brb_pipeline.assets.resources import BrbSettings, Runtime
 from brb_pipeline.core import faults
 from brb_pipeline.pipeline import ingest
 
 
-@dg.asset(group_name=INGEST, kinds={"sqlite"}, required_resource_keys={"brb", "runtime"})
-def source_snapshot(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+@dg.asset(group_name=INGEST, kinds={"sqlite"})
+def source_snapshot(context: dg.AssetExecutionContext, brb: BrbSettings,
+                    runtime: dg.ResourceParam[Runtime]) -> dg.MaterializeResult:
     """A consistent read-only copy of chat.db (with WAL content), the AddressBook and, when
     enabled, the WhatsApp store, in ``<home>/snapshot``."""
-    rt = context.resources.runtime
-    rt.cancel.check()
-    meta = ingest.run_snapshot(context.resources.brb.load(), rt.progress_for(context))
+    runtime.cancel.check()
+    meta = ingest.run_snapshot(brb.load(), runtime.progress_for(context))
     faults.point("snapshot_copied")
     return dg.MaterializeResult(metadata=meta)
 
 
-@dg.asset(group_name=INGEST, deps=[source_snapshot], kinds={"polars", "parquet"}, required_resource_keys={"brb", "runtime"})
-def parsed_messages(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+@dg.asset(group_name=INGEST, deps=[source_snapshot], kinds={"polars", "parquet"})
+def parsed_messages(context: dg.AssetExecutionContext, brb: BrbSettings,
+                    runtime: dg.ResourceParam[Runtime]) -> dg.MaterializeResult:
     """Every enabled channel's messages in one normalized frame (tapbacks folded, text decoded)."""
-    rt = context.resources.runtime
-    meta = ingest.run_parse(context.resources.brb.load(), rt.progress_for(context), rt.cancel)
+    meta = ingest.run_parse(brb.load(), runtime.progress_for(context), runtime.cancel)
     faults.point("parsed")
     return dg.MaterializeResult(metadata=meta)
 
 
-@dg.asset(group_name=INGEST, deps=[parsed_messages], kinds={"sqlite"}, required_resource_keys={"brb"})
-def contacts(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+@dg.asset(group_name=INGEST, deps=[parsed_messages], kinds={"sqlite"})
+def contacts(brb: BrbSettings) -> dg.MaterializeResult:
     """Contacts with AddressBook names and per-contact stats in brb.db."""
-    return dg.MaterializeResult(metadata=ingest.run_contacts(context.resources.brb.load()))
+    return dg.MaterializeResult(metadata=ingest.run_contacts(brb.load()))
 
 
-@dg.asset(group_name=INGEST, deps=[contacts], kinds={"sqlite"}, required_resource_keys={"brb", "runtime"})
-def contact_batches(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+@dg.asset(group_name=INGEST, deps=[contacts], kinds={"sqlite"})
+def contact_batches(context: dg.AssetExecutionContext, brb: BrbSettings,
+                    runtime: dg.ResourceParam[Runtime]) -> dg.MaterializeResult:
     """Contacts grouped into batches (top 50 by messages 10 to a batch, the rest 50 to a batch),
     registered as the dynamic partitions of every per-batch asset. Its metadata's ``people``
-    table says which batch (partition) holds whom; ``brb forget`` wipes it."""
-    s = context.resources.brb.load()
-    keys, changed, meta = ingest.run_batches(s, context.resources.runtime.embedder(s).model_id)
+    table says which batch (partition) holds whom; ``brb forget`` wipes it. ``changed`` is for
+    display: what runs next is ``pipeline.incremental.pending_work``'s call."""
+    s = brb.load()
+    keys, changed, meta = ingest.run_batches(s, runtime.embedder(s).model_id)
     name = contact_batches_partitions.name
     existing = set(context.instance.get_dynamic_partitions(name))
     new = [k for k in keys if k not in existing]

@@ -12,6 +12,7 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
+from brb_pipeline.assets.resources import BrbSettings, Runtime
 from brb_pipeline.core.errors import BrbError
 from brb_pipeline.core.progress import CancelToken, LoggerSink, Progress
 from brb_pipeline.settings import Settings
@@ -48,16 +49,16 @@ def backfill_contact(s: Settings, contact: str, *, progress: Progress | None = N
                       embedder=load_embedder(s) if load_embedder else None, analyze=insights, reembed=reembed)
 
 
-@dg.op(required_resource_keys={"brb", "runtime"},
-       description="Resolve `contact` and run that person's batch (chunks, embeddings), then the store, "
+@dg.op(description="Resolve `contact` and run that person's batch (chunks, embeddings), then the store, "
                    "indexes and insights.")
-def backfill_contact_op(context: dg.OpExecutionContext, config: ContactBackfillConfig) -> dg.Output[None]:
-    s = context.resources.brb.load()
-    rt = context.resources.runtime
-    progress = rt.progress if rt.progress.sinks else Progress([LoggerSink(context.log)])  # the UI: the run's log
+def backfill_contact_op(context: dg.OpExecutionContext, config: ContactBackfillConfig, brb: BrbSettings,
+                        runtime: dg.ResourceParam[Runtime]) -> dg.Output[None]:
+    s = brb.load()
+    # in the UI nothing listens to the runtime's progress: it goes to the run's log
+    progress = runtime.progress if runtime.progress.sinks else Progress([LoggerSink(context.log)])
     try:
-        summary = backfill_contact(s, config.contact, progress=progress, cancel=rt.cancel, load_embedder=rt.embedder,
-                                   insights=config.insights, reembed=config.reembed)
+        summary = backfill_contact(s, config.contact, progress=progress, cancel=runtime.cancel,
+                                   load_embedder=runtime.embedder, insights=config.insights, reembed=config.reembed)
     except BrbError as e:  # the UI shows the description, not a traceback
         raise dg.Failure(description=f"brb: error: {e}", allow_retries=False) from None
     # batch keys and counts only: the person's name is in the run config, never in metadata

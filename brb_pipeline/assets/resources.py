@@ -1,4 +1,8 @@
-"""Dagster resources: the settings and the in-process runtime (progress, cancel, embedder cache)."""
+"""Dagster resources: the settings and the in-process runtime (progress, cancel, embedder cache).
+
+Assets take them as typed parameters: ``brb: BrbSettings`` (configurable: the home dir) and
+``runtime: dg.ResourceParam[Runtime]`` (live objects, passed as they are).
+"""
 
 
 import os
@@ -7,6 +11,7 @@ from typing import Any
 import dagster as dg
 
 from brb_pipeline.core.progress import CancelToken, LoggerSink, Progress
+from brb_pipeline.pipeline.batch_progress import BatchProgress
 from brb_pipeline.settings import Settings
 
 
@@ -21,16 +26,21 @@ class BrbSettings(dg.ConfigurableResource):
 
 
 class Runtime:
-    """Live objects an in-process run shares across assets: progress sinks, the cancel token and
-    one loaded embedder (loading the model once per process, not once per partition)."""
+    """Live objects an in-process run shares across assets: progress sinks, the cancel token,
+    one loaded embedder (loading the model once per process, not once per partition) and the
+    progress of the run's batch loop.
+
+    Args:
+        reembed: ignore the vectors of unchanged chunks (``brb ingest --reembed``).
+    """
 
     def __init__(self, progress: Progress | None = None, cancel: CancelToken | None = None,
-                 embedder: Any | None = None) -> None:
+                 embedder: Any | None = None, *, reembed: bool = False) -> None:
         self.progress = progress or Progress()
         self.cancel = cancel or CancelToken()
+        self.reembed = reembed
+        self.batches = BatchProgress(self.progress)  # planned by the headless runner; idle in the UI
         self._embedder = embedder
-        self.embed_progress = None  # batch -> callback(done, total), set by the headless runner
-        self.reembed = False  # ignore vectors of unchanged chunks (brb ingest --reembed)
 
     def embedder(self, s: Settings) -> Any:
         """The embedder given at construction, else the process's one for ``s`` (loaded once)."""
@@ -46,6 +56,3 @@ class Runtime:
             return self.progress
         return Progress([LoggerSink(context.log)])
 
-
-def runtime_resource(runtime: Runtime | None = None) -> dg.ResourceDefinition:
-    return dg.ResourceDefinition.hardcoded_resource(runtime or Runtime(), "in-process runtime")

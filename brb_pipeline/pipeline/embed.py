@@ -19,9 +19,10 @@ import pyarrow.parquet as pq
 
 from brb_pipeline.core import faults, metadata
 from brb_pipeline.core.chunking import CHUNK_FORMAT, CHUNK_SCHEMA, ChunkParams, chunk_messages, time_zone_key
-from brb_pipeline.core.errors import StoreError
-from brb_pipeline.core.store.chunks import partition_path, write_partition
+from brb_pipeline.core.errors import CancelledError, StoreError
+from brb_pipeline.core.store.chunks import write_partition
 from brb_pipeline.pipeline import paths
+from brb_pipeline.pipeline.batch_progress import BatchProgress
 from brb_pipeline.settings import Settings
 
 log = logging.getLogger("brb")
@@ -84,8 +85,14 @@ def embed_keys(s: Settings, fingerprints: dict[str, str], model_id: str | None =
     }
 
 
-def run_chunk(s: Settings, batch: str, document_prefix: str = "") -> dict[str, Any]:
-    """Chunk one batch into ``staging/chunked/batch=<key>.parquet``."""
+def run_chunk(s: Settings, batch: str, document_prefix: str = "",
+              progress: BatchProgress | None = None) -> dict[str, Any]:
+    """Chunk one batch into ``staging/chunked/batch=<key>.parquet``.
+
+    ``progress`` reports the chunking stage of the run's batch loop as this batch starts.
+    """
+    if progress:
+        progress.chunking(batch)
     t0 = time.perf_counter()
     msgs = batch_messages(s, batch)
     contact_names, sender_names = name_maps(s)
@@ -124,12 +131,10 @@ def run_embed(
     those this batch embeds, and the contact whose chunks are embedded next: (0, 0) when nothing
     is embedded.
     """
-    from brb_pipeline.core.errors import CancelledError
-
     t0 = time.perf_counter()
     row = metadata.get_batch(s.brb_db, batch) or {}
     key = embed_keys(s, {batch: row.get("fingerprint", "")}, embedder.model_id)[batch]
-    out = partition_path(s.staging_dir, batch)
+    out = paths.partition(s, batch)
     if row.get("embedded_fingerprint") == key and row.get("embedding_model") and out.exists():
         if progress:
             progress(0, 0)
@@ -138,34 +143,10 @@ def run_embed(
     src = paths.chunks(s, batch)
     chunks = pl.read_parquet(src) if src.exists() else pl.DataFrame(schema=CHUNK_SCHEMA)
     texts = chunks["embedding_text"].to_list()
-    # Chunks whose text is unchanged keep their vectors from the previous partition file (same
-    # model only): appending to a conversation re-embeds its last window and the new ones.
     config = embed_config(embedder)
     cached = previous_vectors(out, config) if reuse else {}
-    emb = np.zeros((len(texts), embedder.dim), dtype=np.float32)
-    todo = []
-    for i, t in enumerate(texts):
-        v = cached.get(t)
-        if v is not None and v.shape[0] == embedder.dim:
-            emb[i] = v
-        else:
-            todo.append(i)
-    reused_other = 0
-    if reuse and todo:
-        contacts = set(chunks["contact_id"].drop_nulls().unique().to_list())
-        todo, reused_other = _fill_from_other_batches(s, batch, texts, todo, emb, config, contacts)
-    owners = chunks["contact_id"].to_list()
-    if progress and todo:
-        progress(0, len(todo), contact_id=owners[todo[0]])
-    for j in range(0, len(todo), EMBED_GROUP):
-        if cancel and cancel():
-            raise CancelledError(f"cancelled while embedding {batch}; earlier batches and the store are intact")
-        idx = todo[j:j + EMBED_GROUP]
-        emb[idx] = embedder.embed([texts[i] for i in idx])
-        faults.point("embedding")
-        if progress:
-            done = min(j + EMBED_GROUP, len(todo))
-            progress(done, len(todo), contact_id=owners[todo[min(done, len(todo) - 1)]])
+    emb, todo, reused_other = _reused_vectors(s, batch, chunks, texts, embedder.dim, config, cached, reuse)
+    _embed_new(batch, texts, chunks["contact_id"].to_list(), todo, emb, embedder, progress, cancel)
     retired = retire_vectors(s, batch, cached, texts, config)
     write_partition(s.staging_dir, batch, chunks, emb, embedder.model_id, region=s.default_region)
     _config_path(out).write_text(config)
@@ -187,6 +168,49 @@ def run_embed(
         "chunks_per_s": round(len(todo) / secs, 1) if secs > 0 and todo else 0.0,
     }
 
+
+def _reused_vectors(s: Settings, batch: str, chunks: pl.DataFrame, texts: list[str], dim: int, config: str,
+                    cached: dict[str, np.ndarray], reuse: bool) -> tuple[np.ndarray, list[int], int]:
+    """The vectors the batch already has somewhere, and which chunks still need the model.
+
+    Chunks whose text is unchanged keep their vectors from the previous partition file
+    (``cached``, same model only): appending to a conversation re-embeds its last window and the
+    new ones. With ``reuse``, the rest are looked up in other batches and the retired vectors.
+
+    Returns:
+        (vectors (n, dim) float32, zero where missing; the indexes still to embed; how many
+        were found outside the batch's own partition).
+    """
+    emb = np.zeros((len(texts), dim), dtype=np.float32)
+    todo = []
+    for i, t in enumerate(texts):
+        v = cached.get(t)
+        if v is not None and v.shape[0] == dim:
+            emb[i] = v
+        else:
+            todo.append(i)
+    reused_other = 0
+    if reuse and todo:
+        contacts = set(chunks["contact_id"].drop_nulls().unique().to_list())
+        todo, reused_other = _fill_from_other_batches(s, batch, texts, todo, emb, config, contacts)
+    return emb, todo, reused_other
+
+
+def _embed_new(batch: str, texts: list[str], owners: list[str | None], todo: list[int], emb: np.ndarray,
+               embedder: Any, progress: Callable[..., None] | None, cancel: Callable[[], bool] | None) -> None:
+    """Embed ``texts[todo]`` into ``emb`` in groups of :data:`EMBED_GROUP`, checking ``cancel``
+    before each group and reporting ``progress`` after it (``owners``: each chunk's contact)."""
+    if progress and todo:
+        progress(0, len(todo), contact_id=owners[todo[0]])
+    for j in range(0, len(todo), EMBED_GROUP):
+        if cancel and cancel():
+            raise CancelledError(f"cancelled while embedding {batch}; earlier batches and the store are intact")
+        idx = todo[j:j + EMBED_GROUP]
+        emb[idx] = embedder.embed([texts[i] for i in idx])
+        faults.point("embedding")
+        if progress:
+            done = min(j + EMBED_GROUP, len(todo))
+            progress(done, len(todo), contact_id=owners[todo[min(done, len(todo) - 1)]])
 
 
 def embed_config(embedder: Any) -> str:
@@ -254,7 +278,7 @@ def other_vectors(s: Settings, batch: str, wanted: set[str], config: str, dim: i
     Returns:
         Vectors of shape (dim,) float32 for the texts found (a subset of ``wanted``).
     """
-    own = partition_path(s.staging_dir, batch)
+    own = paths.partition(s, batch)
     sources = [p for p in sorted(own.parent.glob("batch=*.parquet"))
                if p.name != own.name and _read_text(_config_path(p)) == config
                and (contacts is None or _holds_contact(p, contacts))]

@@ -9,6 +9,7 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 
+from brb_pipeline.core.store.chunks import partition_path
 from brb_pipeline.settings import Settings
 
 
@@ -43,9 +44,10 @@ def retired(s: Settings, batch: str) -> Path:
     return retired_dir(s) / f"batch={batch}.parquet"
 
 
-def embedded_dir(s: Settings) -> Path:
-    """The per-partition Parquet files with embeddings (written by core.store.write_partition)."""
-    return s.staging_dir
+def partition(s: Settings, batch: str) -> Path:
+    """One batch's chunks with their embeddings, ``staging/chunks/batch=<key>.parquet`` (the
+    layout is ``core.store.chunks``', which writes and loads these files)."""
+    return partition_path(s.staging_dir, batch)
 
 
 def staged_batch_files(s: Settings) -> dict[str, list[Path]]:
@@ -87,6 +89,35 @@ def store_next(s: Settings) -> Path:
 
 def snapshot_manifest(s: Settings) -> Path:
     return s.snapshot_dir / "manifest.json"
+
+
+def insights_staging(s: Settings) -> Path:
+    """The analyzing stages' working files (projection, clusters, labels), not the map itself."""
+    return s.staging_dir / "insights"
+
+
+def clusters(s: Settings) -> Path:
+    return insights_staging(s) / "clusters.parquet"
+
+
+def run_log(s: Settings, run_id: str) -> Path:
+    """Where a headless run writes the traces of its failed steps."""
+    return s.home / "logs" / f"ingest-{run_id}.log"
+
+
+def dagster_config(s: Settings) -> Path:
+    """The Dagster instance's ``dagster.yaml`` (written by brb on first use)."""
+    return s.dagster_home / "dagster.yaml"
+
+
+def dagster_history(s: Settings) -> Path:
+    """Dagster's SQLite run and event storage: ``runs.db``, ``index.db`` and ``runs/<run_id>.db``."""
+    return s.dagster_home / "history"
+
+
+def dagster_run_files(s: Settings, run_id: str) -> Path:
+    """What Dagster keeps on disk for one run (compute logs, outputs)."""
+    return s.dagster_home / "storage" / run_id
 
 
 def atomic_write_parquet(frame, path: Path) -> None:

@@ -24,8 +24,9 @@ from typing import Any
 from brb_pipeline.core import faults, metadata
 from brb_pipeline.core.store import duck
 from brb_pipeline.core.errors import StoreError
+from brb_pipeline.core.progress import Progress
 from brb_pipeline.core.store.index import build_fts, build_hnsw, index_status
-from brb_pipeline.core.store.chunks import LoadMemoryError, load_partitions, partition_path, store_stats
+from brb_pipeline.core.store.chunks import LoadMemoryError, load_partitions, store_stats
 from brb_pipeline.pipeline import paths
 from brb_pipeline.pipeline.embed import drop_retired
 from brb_pipeline.settings import Settings
@@ -114,7 +115,7 @@ def _stored(s: Settings) -> tuple[dict[str, int], str | None]:
         con.close()
 
 
-def run_load(s: Settings) -> dict[str, Any]:
+def run_load(s: Settings, progress: Progress | None = None) -> dict[str, Any]:
     """Load changed partitions into a staging copy of the store, drop partitions that no longer exist.
 
     Partitions are loaded when their staged embeddings differ from what the store holds; when
@@ -122,7 +123,18 @@ def run_load(s: Settings) -> dict[str, Any]:
     (vectors of two models never share an index). The copy becomes the store when the index
     stages have built both indexes in it (:func:`publish`). After a load the retired vectors
     (kept for batches embedded in the same ingestion) are deleted: they hold message text.
+
+    ``progress`` gets the first part of the saving stage (the indexes report the rest).
     """
+    if progress:
+        progress.update("saving", 5, "loading partitions")
+    meta = _load(s)
+    if progress:
+        progress.update("saving", 40, f"{meta.get('chunks', 0):,} chunks stored")
+    return meta
+
+
+def _load(s: Settings) -> dict[str, Any]:
     t0 = time.perf_counter()
     batches = {b["batch"]: b for b in metadata.all_batches(s.brb_db)}
     stored, stored_model = _stored(s)
@@ -132,11 +144,11 @@ def run_load(s: Settings) -> dict[str, Any]:
     model = sorted(models)[0] if models else None
     replace_all = bool(stored_model and model and stored_model != model)
     todo = {
-        b: partition_path(s.staging_dir, b)
+        b: paths.partition(s, b)
         for b, row in batches.items()
         if row.get("embedded_fingerprint")
         and (replace_all or row.get("loaded_fingerprint") != row["embedded_fingerprint"] or b not in stored)
-        and partition_path(s.staging_dir, b).exists()
+        and paths.partition(s, b).exists()
     }
     remove = sorted(set(stored) - set(batches))
     if not todo and not remove:
@@ -198,6 +210,26 @@ def prune_partitions(s: Settings, keep: set[str]) -> int:
     return n
 
 
+#: The index stages' names in progress messages.
+_INDEX_NAMES = {"hnsw": "HNSW", "fts": "BM25"}
+
+
+def _index_progress(s: Settings, kind: str, build: Callable[[Any], Any], force: bool,
+                    progress: Progress | None) -> dict[str, Any]:
+    """:func:`_index_stage` with its part of the saving stage: the two index stages run in either
+    order, so saving is done once no unpublished copy is left."""
+    name = _INDEX_NAMES[kind]
+    if progress:
+        progress.update("saving", 45, f"building {name} index")
+    meta = _index_stage(s, kind, build, force)
+    if progress:
+        if paths.store_next(s).exists():
+            progress.update("saving", 70, f"{name} built, waiting for the other index")
+        else:
+            progress.update("saving", 100, "indexes ready")
+    return meta
+
+
 def _index_stage(s: Settings, kind: str, build: Callable[[Any], Any], force: bool = False) -> dict[str, Any]:
     """Build one index in the staging copy of the store, then publish the copy if both are built.
 
@@ -248,14 +280,14 @@ def _hnsw(s: Settings) -> Callable[[Any], Any]:
     return lambda con: build_hnsw(con, m=s.hnsw_m, ef_construction=s.hnsw_ef_construction)
 
 
-def run_vector_index(s: Settings, force: bool = False) -> dict[str, Any]:
+def run_vector_index(s: Settings, force: bool = False, progress: Progress | None = None) -> dict[str, Any]:
     """HNSW (cosine) over the chunk embeddings, built after every load (or when forced)."""
-    return _index_stage(s, "hnsw", _hnsw(s), force)
+    return _index_progress(s, "hnsw", _hnsw(s), force, progress)
 
 
-def run_text_index(s: Settings, force: bool = False) -> dict[str, Any]:
+def run_text_index(s: Settings, force: bool = False, progress: Progress | None = None) -> dict[str, Any]:
     """BM25 over chunk text (multilingual settings), built after every load (or when forced)."""
-    return _index_stage(s, "fts", build_fts, force)
+    return _index_progress(s, "fts", build_fts, force, progress)
 
 
 def run_reindex(s: Settings) -> dict[str, Any]:
