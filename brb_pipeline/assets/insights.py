@@ -9,14 +9,14 @@ from typing import Any
 import dagster as dg
 
 from brb_pipeline.assets.groups import INSIGHTS
+from brb_pipeline.assets.resources import BrbSettings, Runtime
 from brb_pipeline.assets.store import text_index, vector_index
 from brb_pipeline.pipeline import insights
 
 
-def _run(context: dg.AssetExecutionContext, stage: Callable[..., dict[str, Any]], *args: Any,
+def _run(context: dg.AssetExecutionContext, rt: Runtime, stage: Callable[..., dict[str, Any]], *args: Any,
          **kwargs: Any) -> dict[str, Any]:
     """``stage`` (a ``pipeline.insights.run_*``) with the run's progress, between cancel checks."""
-    rt = context.resources.runtime
     rt.cancel.check()
     meta = stage(*args, progress=rt.progress_for(context), **kwargs)
     rt.cancel.check()
@@ -29,34 +29,38 @@ class LayoutConfig(dg.Config):
     refit: bool = False
 
 
-@dg.asset(group_name=INSIGHTS, deps=[vector_index, text_index], kinds={"sklearn", "umap"}, required_resource_keys={"brb", "runtime"})
-def projection(context: dg.AssetExecutionContext, config: LayoutConfig) -> dg.MaterializeResult:
+@dg.asset(group_name=INSIGHTS, deps=[vector_index, text_index], kinds={"sklearn", "umap"})
+def projection(context: dg.AssetExecutionContext, config: LayoutConfig, brb: BrbSettings,
+               runtime: dg.ResourceParam[Runtime]) -> dg.MaterializeResult:
     """PCA (embedding dim -> 50) then UMAP to 2-D and 3-D, seeded; a small change is placed instead."""
-    meta = _run(context, insights.run_projection, context.resources.brb.load(), refit=config.refit)
+    meta = _run(context, runtime, insights.run_projection, brb.load(), refit=config.refit)
     return dg.MaterializeResult(metadata=meta)
 
 
-@dg.asset(group_name=INSIGHTS, deps=[projection], kinds={"hdbscan"}, required_resource_keys={"brb", "runtime"})
-def clusters(context: dg.AssetExecutionContext, config: LayoutConfig) -> dg.MaterializeResult:
+@dg.asset(group_name=INSIGHTS, deps=[projection], kinds={"hdbscan"})
+def clusters(context: dg.AssetExecutionContext, config: LayoutConfig, brb: BrbSettings,
+             runtime: dg.ResourceParam[Runtime]) -> dg.MaterializeResult:
     """HDBSCAN on the 2-D layout (similar clusters merged, close noise reassigned, ids stable), or
     the neighbours' cluster for placed chunks."""
-    meta = _run(context, insights.run_clusters, context.resources.brb.load(), refit=config.refit)
+    meta = _run(context, runtime, insights.run_clusters, brb.load(), refit=config.refit)
     return dg.MaterializeResult(metadata=meta)
 
 
-@dg.asset(group_name=INSIGHTS, deps=[clusters], kinds={"sklearn"}, required_resource_keys={"brb", "runtime"})
-def cluster_labels(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+@dg.asset(group_name=INSIGHTS, deps=[clusters], kinds={"sklearn"})
+def cluster_labels(context: dg.AssetExecutionContext, brb: BrbSettings,
+                   runtime: dg.ResourceParam[Runtime]) -> dg.MaterializeResult:
     """A short readable label per cluster (c-TF-IDF re-ranked by the embedding model, or mlx-lm
     with a local model)."""
-    s = context.resources.brb.load()
-    meta = _run(context, insights.run_labels, s, embedder=context.resources.runtime.embedder(s))
+    s = brb.load()
+    meta = _run(context, runtime, insights.run_labels, s, embedder=runtime.embedder(s))
     return dg.MaterializeResult(metadata=meta)
 
 
-@dg.asset(group_name=INSIGHTS, deps=[cluster_labels], kinds={"plotly"}, required_resource_keys={"brb", "runtime"})
-def insights_map(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+@dg.asset(group_name=INSIGHTS, deps=[cluster_labels], kinds={"plotly"})
+def insights_map(context: dg.AssetExecutionContext, brb: BrbSettings,
+                 runtime: dg.ResourceParam[Runtime]) -> dg.MaterializeResult:
     """The interactive conversation map (2-D and 3-D HTML) and its PNG preview."""
-    meta = _run(context, insights.run_map, context.resources.brb.load())
+    meta = _run(context, runtime, insights.run_map, brb.load())
     md = meta.pop("summary_markdown")
     png = Path(meta["png"])
     preview = ""

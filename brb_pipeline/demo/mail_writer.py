@@ -15,7 +15,7 @@ import sqlite3
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from email.mime.multipart import MIMEMultipart
 from email.mime.text import MIMEText
 from email.utils import format_datetime, formataddr
@@ -208,8 +208,8 @@ def _demo_threads(a: Address, b: Address, c: Address, stranger: Address, t: list
     reply = ("Perfect, I'll bring the dry bags and a thermos of coffee.\nShould we leave at 7:30?\n\n"
              f"On {format_datetime(t[0])}, {a[0]} <{a[1]}> wrote:\n> {first.splitlines()[2]}\n> Can you bring the dry bags?\n\n"
              "-- \nDemo Owner\nSent with love from the demo")
-    html = (f"<html><body><p>7:30 works, see you at the dock &amp; don't forget the deposit (40&nbsp;€).</p>"
-            f"<blockquote type=\"cite\">Perfect, I'll bring the dry bags</blockquote></body></html>")
+    html = ("<html><body><p>7:30 works, see you at the dock &amp; don't forget the deposit (40&nbsp;€).</p>"
+            "<blockquote type=\"cite\">Perfect, I'll bring the dry bags</blockquote></body></html>")
     tr = "Merhaba,\n\nCumartesi akşamı yemeğe gelebilir misin? Görüşürüz, şimdiden teşekkürler.\n\n-- \nSelamlar"
     group_html = "<div>I vote for <b>The Overstory</b>. Meeting at my place on the 12th?</div>"
     news = ("This week in the neighborhood: street fair, farmers market hours and the library book sale.\n"

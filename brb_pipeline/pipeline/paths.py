@@ -91,15 +91,6 @@ def snapshot_manifest(s: Settings) -> Path:
     return s.snapshot_dir / "manifest.json"
 
 
-def insights_staging(s: Settings) -> Path:
-    """The analyzing stages' working files (projection, clusters, labels), not the map itself."""
-    return s.staging_dir / "insights"
-
-
-def clusters(s: Settings) -> Path:
-    return insights_staging(s) / "clusters.parquet"
-
-
 def run_log(s: Settings, run_id: str) -> Path:
     """Where a headless run writes the traces of its failed steps."""
     return s.home / "logs" / f"ingest-{run_id}.log"

@@ -23,7 +23,6 @@ import pyarrow.parquet as pq
 
 from brb_pipeline.core import metadata
 from brb_pipeline.core.store.compact import compact_without
-from brb_pipeline.core.store.chunks import partition_path
 from brb_pipeline.pipeline import paths
 from brb_pipeline.pipeline.embed import drop_retired
 from brb_pipeline.pipeline.forgotten import remember, retire_legacy_salt, shred_key
@@ -82,7 +81,7 @@ def forget_contacts(s: Settings, contact_ids: list[str]) -> dict[str, Any]:
     # batch key that no longer exists, may have left their chunks in another file
     for b in sorted(set(batches) | set(paths.staged_batch_files(s))):
         _filter_parquet(paths.chunks(s, b), ~pl.col("contact_id").is_in(doomed))
-        removed_chunk_ids |= _filter_partition(partition_path(s.staging_dir, b), doomed)
+        removed_chunk_ids |= _filter_partition(paths.partition(s, b), doomed)
     report["staging_chunks"] = len(removed_chunk_ids)
     # retired vectors (a cache until the next load) hold chunk text of any batch: drop them all
     report["retired_removed"] = drop_retired(s)
@@ -96,7 +95,7 @@ def forget_contacts(s: Settings, contact_ids: list[str]) -> dict[str, Any]:
     # snapshot: a raw copy of the sources, re-taken (and scrubbed) at the next ingestion
     report["snapshot_removed"] = _rmtree(s.snapshot_dir)
     # insights: layouts, labels and the map carry their text; drop them until the next run
-    report["insights_removed"] = _rmtree(s.staging_dir / "insights") + _rmtree(s.insights_dir)
+    report["insights_removed"] = _rmtree(paths.insights_staging(s)) + _rmtree(s.insights_dir)
     # any other staged Parquet file naming them (a cache this function does not know by name)
     report["staging_other_files"] = _scrub_other_parquet(s, set(handles) | set(contact_ids))
     _vacuum(s.brb_db)
