@@ -30,7 +30,7 @@ def status_dict(s: Settings) -> dict[str, Any]:
 
     out: dict[str, Any] = {
         "home": str(s.home), "messages": 0, "contacts": 0, "named_contacts": 0, "chunks": 0,
-        "embedding_model": None, "last_ingestion": None, "last_success": None, "channels": s.channels(), "clusters": 0,
+        "embedding_model": None, "embedding_device": None, "last_ingestion": None, "last_success": None, "channels": s.channels(), "clusters": 0,
         "map": None, "indexes": None, "search_ready": False, "store_update_pending": False, "warnings": [],
     }
     if not s.brb_db.exists():
@@ -49,6 +49,7 @@ def status_dict(s: Settings) -> dict[str, Any]:
                 out[key][t] = _iso_epoch(run[t])
             if key == "last_ingestion":
                 out["warnings"] = json.loads(run.get("warnings_json") or "[]")
+    out["embedding_device"] = metadata.last_run_stat(s.brb_db, "embedding_device")
     out["clusters"] = metadata.count_clusters(s.brb_db)
     if s.duckdb_path.exists():
         _store_status(s, out)

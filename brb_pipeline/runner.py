@@ -290,6 +290,7 @@ def run_ingest(
             "batches_processed": todo,
             "chunks": int(store_meta.get("chunks", 0)),
             "store_changed": bool(store_meta.get("changed", False)),
+            "embedding_device": runtime.embedder(s).device if todo else None,
             "map": _meta(r, "insights_map").get("html"),
             "warnings": run.log.warnings,
             "timings": run.timings,

@@ -157,6 +157,7 @@ def test_status_json_keys_on_empty_and_full_home(tmp_path, ingested_home):
     assert full["last_ingestion"]["status"] in ("success", "failed")
     assert full["last_success"]["status"] == "success" and full["last_success"]["messages"] == full["messages"]
     assert full["embedding_model"] == "hash-64" or full["embedding_model"].startswith("hash")
+    assert empty["embedding_device"] is None and full["embedding_device"] == "cpu"  # the hash embedder's
 
 
 def test_status_text_on_empty_and_full_home(tmp_path, ingested_home):

@@ -219,6 +219,18 @@ def last_run(path: Path, *, status: str | None = None) -> dict | None:
         return dict(row) if row else None
 
 
+def last_run_stat(path: Path, key: str) -> Any:
+    """``key`` of the stats of the newest successful run that recorded it (None if none did)."""
+    if not path.exists():
+        return None
+    with connect(path) as c:
+        row = c.execute(
+            "SELECT json_extract(stats_json, '$.' || ?) FROM ingestion_runs WHERE status = 'success'"
+            " AND json_extract(stats_json, '$.' || ?) IS NOT NULL ORDER BY started_at DESC LIMIT 1",
+            (key, key)).fetchone()
+        return row[0] if row else None
+
+
 def replace_contacts(path: Path, contacts: pl.DataFrame) -> None:
     """Replace the contacts table with ``contacts`` (contacts joined with stats and batches)."""
     def iso(v):

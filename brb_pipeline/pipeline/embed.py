@@ -164,6 +164,7 @@ def run_embed(
         "vectors_retired": retired,
         "dim": int(embedder.dim),
         "embedding_model": embedder.model_id,
+        "embedding_device": embedder.device,
         "seconds": round(secs, 3),
         "chunks_per_s": round(len(todo) / secs, 1) if secs > 0 and todo else 0.0,
     }
