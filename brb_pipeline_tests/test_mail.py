@@ -289,3 +289,48 @@ def test_demo_ingest_with_mail_finds_a_mail_only_phrase(tmp_path):
     assert len(partner) == 1 and contacts[partner[0]]["channels"] == ["imessage", "mail"]
     hits = run_search(s, MAIL_ONLY_PHRASE, embedder=HashEmbedder(), mode="lexical")["hits"]
     assert hits and hits[0]["channel"] == "mail" and hits[0]["chat_id"] == "mail:1"
+
+
+def test_a_forgotten_person_is_scrubbed_from_the_mail_snapshot(tmp_path, monkeypatch):
+    """Their direct thread, their lines in a group thread, the owner's mail and drafts only to
+    them go from the index and the bodies; the others' mail in the group stays, read back with
+    the same text, its bodies rewritten without their address or a quote of their mail."""
+    from brb_pipeline.core import metadata
+    from brb_pipeline.pipeline.forgotten import remember
+    from brb_pipeline_tests.bytescan import scan, summary
+
+    monkeypatch.setenv("BRB_KEY_DIR", str(tmp_path / "keys"))
+    quote = "Great!\n\nOn Sat, Diego Ramos <Diego.Ramos@Example.com> wrote:\n> I will bring lemonade"
+    records = _records() + [
+        MailRecord(0, "Drafts", None, [DIEGO], "unsent", T0 + 7 * S, rfc822(ME, [DIEGO], "unsent", T0, "draft text")),
+        MailRecord(8, "Sent Messages", ME, [DIEGO], "Picnic", T0 + 8 * S,
+                   rfc822(ME, [DIEGO], "Re: Picnic", T0 + 8 * S, "Just to you: bring the blanket"), reply=True),
+        MailRecord(8, "INBOX", DIEGO, [ME, ANA], "Picnic", T0 + 9 * S,
+                   rfc822(DIEGO, [ME, ANA], "Re: Picnic", T0 + 9 * S, "I will bring lemonade"), reply=True),
+        MailRecord(8, "INBOX", ANA, [ME, DIEGO], "Picnic", T0 + 10 * S,
+                   rfc822(ANA, [ME, DIEGO], "Re: Picnic", T0 + 10 * S, quote, encoding="base64"), reply=True),
+        MailRecord(8, "Sent Messages", ME, [ANA, DIEGO], "Picnic", T0 + 11 * S,
+                   rfc822(ME, [ANA, DIEGO], "Re: Picnic", T0 + 11 * S, "See you both there"), reply=True),
+    ]
+    store = write_mail_store(tmp_path / "Mail", records)
+    s = Settings(home=tmp_path / "home", imessage_enabled=False, mail_dir=tmp_path / "Mail", mail_enabled=True)
+    needles = ["diego", "lemonade", "bring the blanket", "draft text", "Tickets are 40"]
+    assert {f.needle for f in scan(tmp_path / "Mail", needles)} == set(needles)  # the scan finds them
+    s.home.mkdir()
+    with metadata.connect(s.brb_db) as c:
+        remember(s, c, ["diego.ramos@example.com"], [])
+    ingest.run_snapshot(s)
+    copy = s.snapshot_dir / "Mail" / "V10" / "MailData" / "Envelope Index"
+    found = scan(s.snapshot_dir / "Mail", needles)
+    assert not found, summary(found)
+    con = sqlite3.connect(copy)
+    assert con.execute("SELECT count(*) FROM messages").fetchone()[0] == len(records) - 5
+    con.close()
+    before, after = read_mail(store), read_mail(copy)
+    assert "mail:7" not in after.chats["chat_id"].to_list()
+    assert after.chats.filter(pl.col("chat_id") == "mail:8")["participants"].to_list() == [["ana@example.org"]]
+    others = (pl.col("sender") == "ana@example.org") | (pl.col("message_id") == f"mail:{100_000 + len(records)}")
+    assert after.messages.filter(others).height == 3  # Ana's two in the thread, the owner's reply to both
+    assert after.messages.filter(others).select("message_id", "text").equals(
+        before.messages.filter(others).select("message_id", "text"))
+    assert after.messages.height == before.messages.height - 4  # Diego's three, the owner's one to him
