@@ -269,18 +269,28 @@ def test_mail_off_is_never_opened(tmp_path, demo_archive_small):
     assert "Mail Envelope Index" in str(e.value) and "\n" not in str(e.value)
 
 
-def test_demo_ingest_with_mail_finds_a_mail_only_phrase(tmp_path):
-    from brb_pipeline.core import metadata
+@pytest.fixture(scope="module")
+def mail_home(tmp_path_factory):
+    """The demo archive with Mail, ingested (hash embedder, no insights)."""
     from brb_pipeline.core.embedding.models import HashEmbedder
     from brb_pipeline.demo.generate import build_demo_archive
-    from brb_pipeline.pipeline.query import run_search
     from brb_pipeline.runner import run_ingest
 
-    archive = build_demo_archive(tmp_path / "demo", messages=600, seed=7, mail=True)
-    assert archive.counts["mail_expected_messages"] == 8
-    s = Settings(home=tmp_path / "home", chat_db=archive.chat_db, addressbook_dir=archive.addressbook_dir,
+    root = tmp_path_factory.mktemp("mail_home")
+    archive = build_demo_archive(root / "demo", messages=600, seed=7, mail=True)
+    s = Settings(home=root / "home", chat_db=archive.chat_db, addressbook_dir=archive.addressbook_dir,
                  mail_dir=archive.mail_dir, mail_enabled=True, embedding_model="hash")
     run_ingest(s, embedder=HashEmbedder(), analyze=False)
+    return s, archive
+
+
+def test_demo_ingest_with_mail_finds_a_mail_only_phrase(mail_home):
+    from brb_pipeline.core import metadata
+    from brb_pipeline.core.embedding.models import HashEmbedder
+    from brb_pipeline.pipeline.query import run_search
+
+    s, archive = mail_home
+    assert archive.counts["mail_expected_messages"] == 8
     parsed = pl.read_parquet(paths.parsed_messages(s))
     assert parsed.filter(pl.col("channel") == "mail").height == archive.counts["mail_expected_messages"]
     # the mail partners are iMessage contacts with e-mail handles: one contact across both channels
@@ -334,3 +344,21 @@ def test_a_forgotten_person_is_scrubbed_from_the_mail_snapshot(tmp_path, monkeyp
     assert after.messages.filter(others).select("message_id", "text").equals(
         before.messages.filter(others).select("message_id", "text"))
     assert after.messages.height == before.messages.height - 4  # Diego's three, the owner's one to him
+
+
+def test_search_channel_filter_end_to_end(mail_home):
+    """`brb search --channel`: mail only gets mail hits, another channel none of them, no filter both."""
+    from brb_pipeline_tests.test_cli import brb
+
+    s, _ = mail_home
+
+    def hits(*extra: str) -> list[dict]:
+        r = brb("search", "saturday morning", "--mode", "lexical", "-k", "20", "--json", *extra, home=s.home)
+        assert r.returncode == 0, r.stderr[-2000:]
+        return json.loads(r.stdout)["hits"]
+
+    everything, mail, imessage = hits(), hits("--channel", "mail"), hits("--channel", "imessage")
+    assert {h["channel"] for h in everything} == {"imessage", "mail"}
+    assert mail and {h["channel"] for h in mail} == {"mail"} and mail[0]["chat_id"] == "mail:1"
+    assert imessage and {h["channel"] for h in imessage} == {"imessage"}
+    assert {h["chunk_id"] for h in mail} | {h["chunk_id"] for h in imessage} >= {h["chunk_id"] for h in everything}
