@@ -7,8 +7,8 @@ chats, and every AddressBook card holding one of their handles; in the Mail copy
 by thread (a thread is a chat: direct with one other participant), their addresses, and the
 subjects, summaries and bodies only their messages used (see :mod:`.scrub_emlx` for the
 ``.emlx`` files). With ``secure_delete`` and a ``VACUUM`` so a copy keeps no free page with their
-rows. Triggers of the copy are dropped
-first: chat.db's call functions only the Messages app registers, and the copy needs none.
+rows. Triggers of the copy are dropped first: chat.db's call functions only the Messages app
+registers, and the copy needs none.
 """
 
 from __future__ import annotations
@@ -294,9 +294,10 @@ def _mail_doomed(con: sqlite3.Connection, rules: ForgottenRules, region: str
     """(their address rows, their threads, messages to delete, messages kept in a thread they
     were part of). As in chat.db: a direct thread (one participant besides the owner) with them
     or a forgotten thread goes whole; elsewhere their messages go, and so do the owner's (and
-    drafts) sent only to forgotten people."""
-    handle = {rid: normalize_handle(raw, region) for rid, raw in con.execute("SELECT ROWID, address FROM addresses")}
+    drafts) sent only to forgotten people. A Mail thread has no identity beyond its participants:
+    one left with a single other person reads as a direct thread with them from then on."""
     raw = dict(con.execute("SELECT ROWID, address FROM addresses").fetchall())
+    handle = {rid: normalize_handle(a, region) for rid, a in raw.items()}
     gone_a = {rid: raw[rid] for rid, h in handle.items() if rules.is_handle(h)}
     _, owner = owner_addresses(con, region)
     to: dict[int, set[int]] = {}
