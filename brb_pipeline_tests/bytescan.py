@@ -1,9 +1,11 @@
 """Find strings anywhere under a folder: raw bytes of every file, and every text value of every
-SQLite, DuckDB and Parquet file read with its own reader.
+SQLite, DuckDB and Parquet file read with its own reader, and every header and decoded MIME part
+of every Mail ``.emlx`` file.
 
 Raw bytes find what a reader no longer shows (SQLite free pages, WAL frames, DuckDB row groups
-whose rows are only marked deleted, logs, JSON); the readers find what compression hides from
-raw bytes (Parquet pages are zstd/snappy, DuckDB text may be FSST-compressed). Files are copied
+whose rows are only marked deleted, logs, JSON); the readers find what compression or encoding
+hides from raw bytes (Parquet pages are zstd/snappy, DuckDB text may be FSST-compressed, mail
+bodies base64 or quoted-printable, header names RFC 2047 encoded-words). Files are copied
 to a temporary folder before they are opened, so scanning never changes what is scanned.
 
 Used by the privacy tests: ``scan(home, needles)`` lists every place a needle was found.
@@ -32,7 +34,8 @@ class Finding:
     Attributes:
         path: the file, relative to the scanned root.
         where: ``bytes`` (raw, UTF-8 or UTF-16), or ``sqlite:<table>.<column>``,
-            ``duckdb:<schema>.<table>.<column>``, ``parquet:<column>``.
+            ``duckdb:<schema>.<table>.<column>``, ``parquet:<column>``, ``emlx:header`` or
+            ``emlx:body``.
         needle: what was found.
     """
 
@@ -42,6 +45,8 @@ class Finding:
 
 
 def _kind(p: Path) -> str | None:
+    if p.name.endswith(".emlx"):
+        return "emlx"
     with p.open("rb") as f:
         head = f.read(16)
     if head.startswith(SQLITE_MAGIC):
@@ -165,7 +170,34 @@ def _scan_parquet(p: Path, needles: list[str]) -> list[tuple[str, str]]:
     return sorted(set(out))
 
 
-_READERS = {"sqlite": _scan_sqlite, "duckdb": _scan_duckdb, "parquet": _scan_parquet}
+def _scan_emlx(p: Path, needles: list[str]) -> list[tuple[str, str]]:
+    """Every header (encoded-words decoded) and every decoded part of the message in an ``.emlx``
+    file (the whole file after its length line, so a truncated one is read as far as it goes)."""
+    import email
+    import email.policy
+    from email.header import decode_header, make_header
+
+    data = p.read_bytes()
+    msg = email.message_from_bytes(data.partition(b"\n")[2], policy=email.policy.compat32)
+    out = []
+    for part in msg.walk():
+        for k, v in part.items():
+            try:
+                value = str(make_header(decode_header(v)))
+            except Exception:  # a malformed encoded-word: the raw value
+                value = str(v)
+            out.extend(("emlx:header", n) for n in _text_hits(f"{k}: {value}", needles))
+        payload = part.get_payload(decode=True)
+        if isinstance(payload, bytes):
+            try:
+                text = payload.decode(part.get_content_charset() or "utf-8", "replace")
+            except LookupError:
+                text = payload.decode("utf-8", "replace")
+            out.extend(("emlx:body", n) for n in _text_hits(text, needles) | _raw(payload, needles))
+    return sorted(set(out))
+
+
+_READERS = {"sqlite": _scan_sqlite, "duckdb": _scan_duckdb, "parquet": _scan_parquet, "emlx": _scan_emlx}
 
 
 def scan(root: Path, needles: list[str]) -> list[Finding]:

@@ -213,3 +213,62 @@ def test_a_lost_key_is_an_error_not_a_silent_resurrection(tmp_path, monkeypatch)
     key_file(s).write_text(os.urandom(32).hex())  # another key: its check digest does not match
     with pytest.raises(BrbError, match="not the one it was made with"):
         forgotten_rules(s)
+
+
+@pytest.fixture(scope="module")
+def mail_world(tmp_path_factory):
+    """A home ingested with Mail on, and the partner of the demo's kayak thread (a direct mail
+    thread; they are also a recipient in the book-club group thread, where they never write)."""
+    from brb_pipeline.pipeline import paths
+    from brb_pipeline.settings import Settings
+
+    root = tmp_path_factory.mktemp("forget_mail")
+    archive = build_demo_archive(root / "archive", messages=300, seed=5, mail=True)
+    env = {**ENV, "BRB_KEY_DIR": str(root / "keys")}
+    home = root / "home"
+    args = ("--chat-db", str(archive.chat_db), "--addressbook", str(archive.addressbook_dir),
+            "--mail", str(archive.mail_dir), "--progress", "none")
+    r = brb("ingest", *args, home=home, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    msgs = pl.read_parquet(paths.messages(Settings(home=home)))
+    (cid,) = msgs.filter(pl.col("chat_id") == "mail:1")["contact_id"].unique().to_list()
+    con = sqlite3.connect(home / "brb.db")
+    name, handles = con.execute("SELECT display_name, handles_json FROM contacts WHERE contact_id = ?", (cid,)).fetchone()
+    con.close()
+    return {"archive": archive, "env": env, "home": home, "args": args, "name": name,
+            "handles": sorted(json.loads(handles))}
+
+
+def test_forget_removes_a_mail_partner_from_the_mail_copy_too(mail_world):
+    from brb_pipeline.demo.mail_writer import MAIL_ONLY_PHRASE
+
+    home, env, args = mail_world["home"], mail_world["env"], mail_world["args"]
+    # their phrases: the base64 body of the first message and the HTML body of their reply
+    needles = [mail_world["name"], *mail_world["handles"], MAIL_ONLY_PHRASE, "see you at the dock"]
+    found = scan(home, needles)
+    in_mail = {(f.needle, f.where) for f in found if f.path.startswith("snapshot/Mail/")}
+    index = "snapshot/Mail/V10/MailData/Envelope Index"
+    assert {(MAIL_ONLY_PHRASE, "emlx:body"), ("see you at the dock", "emlx:body"),
+            (mail_world["name"], "emlx:header")} <= in_mail, summary(found)
+    assert {f.needle for f in found if f.path == index} >= {mail_world["name"], *mail_world["handles"]}, summary(found)
+    # the group thread they only received mail in names them in its kept messages' headers
+    group = [f for f in found if f.path.startswith("snapshot/Mail/") and f.path.endswith(("/6.emlx", "/7.emlx"))]
+    assert {f.needle for f in group} >= {mail_world["name"], mail_world["handles"][0]}, summary(found)
+
+    r = brb("forget", "--contact", mail_world["name"], "--yes", home=home, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    found = scan(home, needles)
+    assert not found, "after forget:\n" + summary(found)
+    # the next ingestion copies Mail again: the index and the bodies are scrubbed
+    r = brb("ingest", *args, "--no-insights", home=home, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (home / index).exists()
+    found = scan(home, needles)
+    assert not found, "after a re-ingest:\n" + summary(found)
+    # what others wrote stays: the group thread's reply is read from its rewritten body
+    kept = scan(home / "snapshot" / "Mail", ["I vote for The Overstory", "Ideas for next month"])
+    assert {f.needle for f in kept if f.where == "emlx:body"} == {"I vote for The Overstory", "Ideas for next month"}
+    r = brb("search", "Overstory", "--channel", "mail", "--mode", "lexical", "--json", home=home, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    hits = json.loads(r.stdout)["hits"]
+    assert hits and hits[0]["chat_id"] == "mail:3" and "I vote for The Overstory" in hits[0]["text"]

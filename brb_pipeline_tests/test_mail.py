@@ -269,18 +269,28 @@ def test_mail_off_is_never_opened(tmp_path, demo_archive_small):
     assert "Mail Envelope Index" in str(e.value) and "\n" not in str(e.value)
 
 
-def test_demo_ingest_with_mail_finds_a_mail_only_phrase(tmp_path):
-    from brb_pipeline.core import metadata
+@pytest.fixture(scope="module")
+def mail_home(tmp_path_factory):
+    """The demo archive with Mail, ingested (hash embedder, no insights)."""
     from brb_pipeline.core.embedding.models import HashEmbedder
     from brb_pipeline.demo.generate import build_demo_archive
-    from brb_pipeline.pipeline.query import run_search
     from brb_pipeline.runner import run_ingest
 
-    archive = build_demo_archive(tmp_path / "demo", messages=600, seed=7, mail=True)
-    assert archive.counts["mail_expected_messages"] == 8
-    s = Settings(home=tmp_path / "home", chat_db=archive.chat_db, addressbook_dir=archive.addressbook_dir,
+    root = tmp_path_factory.mktemp("mail_home")
+    archive = build_demo_archive(root / "demo", messages=600, seed=7, mail=True)
+    s = Settings(home=root / "home", chat_db=archive.chat_db, addressbook_dir=archive.addressbook_dir,
                  mail_dir=archive.mail_dir, mail_enabled=True, embedding_model="hash")
     run_ingest(s, embedder=HashEmbedder(), analyze=False)
+    return s, archive
+
+
+def test_demo_ingest_with_mail_finds_a_mail_only_phrase(mail_home):
+    from brb_pipeline.core import metadata
+    from brb_pipeline.core.embedding.models import HashEmbedder
+    from brb_pipeline.pipeline.query import run_search
+
+    s, archive = mail_home
+    assert archive.counts["mail_expected_messages"] == 8
     parsed = pl.read_parquet(paths.parsed_messages(s))
     assert parsed.filter(pl.col("channel") == "mail").height == archive.counts["mail_expected_messages"]
     # the mail partners are iMessage contacts with e-mail handles: one contact across both channels
@@ -289,3 +299,66 @@ def test_demo_ingest_with_mail_finds_a_mail_only_phrase(tmp_path):
     assert len(partner) == 1 and contacts[partner[0]]["channels"] == ["imessage", "mail"]
     hits = run_search(s, MAIL_ONLY_PHRASE, embedder=HashEmbedder(), mode="lexical")["hits"]
     assert hits and hits[0]["channel"] == "mail" and hits[0]["chat_id"] == "mail:1"
+
+
+def test_a_forgotten_person_is_scrubbed_from_the_mail_snapshot(tmp_path, monkeypatch):
+    """Their direct thread, their lines in a group thread, the owner's mail and drafts only to
+    them go from the index and the bodies; the others' mail in the group stays, read back with
+    the same text, its bodies rewritten without their address or a quote of their mail."""
+    from brb_pipeline.core import metadata
+    from brb_pipeline.pipeline.forgotten import remember
+    from brb_pipeline_tests.bytescan import scan, summary
+
+    monkeypatch.setenv("BRB_KEY_DIR", str(tmp_path / "keys"))
+    quote = "Great!\n\nOn Sat, Diego Ramos <Diego.Ramos@Example.com> wrote:\n> I will bring lemonade"
+    records = _records() + [
+        MailRecord(0, "Drafts", None, [DIEGO], "unsent", T0 + 7 * S, rfc822(ME, [DIEGO], "unsent", T0, "draft text")),
+        MailRecord(8, "Sent Messages", ME, [DIEGO], "Picnic", T0 + 8 * S,
+                   rfc822(ME, [DIEGO], "Re: Picnic", T0 + 8 * S, "Just to you: bring the blanket"), reply=True),
+        MailRecord(8, "INBOX", DIEGO, [ME, ANA], "Picnic", T0 + 9 * S,
+                   rfc822(DIEGO, [ME, ANA], "Re: Picnic", T0 + 9 * S, "I will bring lemonade"), reply=True),
+        MailRecord(8, "INBOX", ANA, [ME, DIEGO], "Picnic", T0 + 10 * S,
+                   rfc822(ANA, [ME, DIEGO], "Re: Picnic", T0 + 10 * S, quote, encoding="base64"), reply=True),
+        MailRecord(8, "Sent Messages", ME, [ANA, DIEGO], "Picnic", T0 + 11 * S,
+                   rfc822(ME, [ANA, DIEGO], "Re: Picnic", T0 + 11 * S, "See you both there"), reply=True),
+    ]
+    store = write_mail_store(tmp_path / "Mail", records)
+    s = Settings(home=tmp_path / "home", imessage_enabled=False, mail_dir=tmp_path / "Mail", mail_enabled=True)
+    needles = ["diego", "lemonade", "bring the blanket", "draft text", "Tickets are 40"]
+    assert {f.needle for f in scan(tmp_path / "Mail", needles)} == set(needles)  # the scan finds them
+    s.home.mkdir()
+    with metadata.connect(s.brb_db) as c:
+        remember(s, c, ["diego.ramos@example.com"], [])
+    ingest.run_snapshot(s)
+    copy = s.snapshot_dir / "Mail" / "V10" / "MailData" / "Envelope Index"
+    found = scan(s.snapshot_dir / "Mail", needles)
+    assert not found, summary(found)
+    con = sqlite3.connect(copy)
+    assert con.execute("SELECT count(*) FROM messages").fetchone()[0] == len(records) - 5
+    con.close()
+    before, after = read_mail(store), read_mail(copy)
+    assert "mail:7" not in after.chats["chat_id"].to_list()
+    assert after.chats.filter(pl.col("chat_id") == "mail:8")["participants"].to_list() == [["ana@example.org"]]
+    others = (pl.col("sender") == "ana@example.org") | (pl.col("message_id") == f"mail:{100_000 + len(records)}")
+    assert after.messages.filter(others).height == 3  # Ana's two in the thread, the owner's reply to both
+    assert after.messages.filter(others).select("message_id", "text").equals(
+        before.messages.filter(others).select("message_id", "text"))
+    assert after.messages.height == before.messages.height - 4  # Diego's three, the owner's one to him
+
+
+def test_search_channel_filter_end_to_end(mail_home):
+    """`brb search --channel`: mail only gets mail hits, another channel none of them, no filter both."""
+    from brb_pipeline_tests.test_cli import brb
+
+    s, _ = mail_home
+
+    def hits(*extra: str) -> list[dict]:
+        r = brb("search", "saturday morning", "--mode", "lexical", "-k", "20", "--json", *extra, home=s.home)
+        assert r.returncode == 0, r.stderr[-2000:]
+        return json.loads(r.stdout)["hits"]
+
+    everything, mail, imessage = hits(), hits("--channel", "mail"), hits("--channel", "imessage")
+    assert {h["channel"] for h in everything} == {"imessage", "mail"}
+    assert mail and {h["channel"] for h in mail} == {"mail"} and mail[0]["chat_id"] == "mail:1"
+    assert imessage and {h["channel"] for h in imessage} == {"imessage"}
+    assert {h["chunk_id"] for h in mail} | {h["chunk_id"] for h in imessage} >= {h["chunk_id"] for h in everything}

@@ -9,7 +9,7 @@ import dagster as dg
 from brb_pipeline.assets.groups import contact_batches_partitions
 from brb_pipeline.pipeline.incremental import pending_work
 from brb_pipeline.settings import Settings
-from brb_pipeline.sources.snapshot import source_fingerprint
+from brb_pipeline.sources.snapshot import mail_fingerprint, source_fingerprint
 
 
 def _settings() -> Settings:
@@ -38,7 +38,7 @@ def reingest_schedule(ingest_job) -> dg.ScheduleDefinition:
 def source_change_sensor(ingest_job) -> dg.SensorDefinition:
     @dg.sensor(name="source_change_sensor", job=ingest_job, minimum_interval_seconds=60,
                default_status=dg.DefaultSensorStatus.STOPPED,
-               description="Requests an ingestion when chat.db or its WAL (or an enabled WhatsApp store) changes "
+               description="Requests an ingestion when chat.db or its WAL (or an enabled WhatsApp or Mail store) changes "
                            "(off by default).")
     def _sensor(context: dg.SensorEvaluationContext):
         s = _settings()
@@ -47,6 +47,8 @@ def source_change_sensor(ingest_job) -> dg.SensorDefinition:
         parts = [source_fingerprint(s.chat_db)]
         if s.whatsapp_enabled and s.whatsapp_db:
             parts.append(source_fingerprint(s.whatsapp_db))
+        if s.mail_enabled and s.mail_dir:  # Mail is never looked at unless it is on
+            parts.append("mail=" + mail_fingerprint(s.mail_dir))
         fp = "|".join(parts)
         if context.cursor == fp:
             return dg.SkipReason("the sources are unchanged since the last ingestion this sensor requested")

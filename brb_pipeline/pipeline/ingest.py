@@ -62,7 +62,7 @@ def run_snapshot(s: Settings, progress: Progress | None = None) -> dict[str, Any
     )
     try:  # the copy is ours: forgotten people are deleted from it before anything reads it
         scrub_snapshot(s, {"chat_db": snap.chat_db, "addressbook_files": snap.addressbook_files,
-                           "whatsapp_db": snap.whatsapp_db})
+                           "whatsapp_db": snap.whatsapp_db, "mail_db": snap.mail_db})
     except BaseException:
         shutil.rmtree(snap.root, ignore_errors=True)
         raise

@@ -41,14 +41,17 @@ def forget_contacts(s: Settings, contact_ids: list[str]) -> dict[str, Any]:
     handles = sorted({h for hs in mine["handles"].to_list() for h in (hs or [])}) if mine.height else []
     batches = sorted(set(mine["batch"].drop_nulls().to_list())) if mine.height else []
     chat_ids: set[str] = set()
-    shared: list[str] = []  # group chats they wrote in: their chunks hold the person's lines
+    # group chats they wrote in or were part of: their chunks hold the person's lines or name
+    shared: list[str] = sorted(set(contacts.filter(
+        pl.col("handles").list.eval(pl.element().is_in(handles)).list.any()
+        & ~pl.col("contact_id").is_in(contact_ids))["contact_id"].to_list())) if handles else []
     if paths.messages(s).exists():
         m = pl.scan_parquet(paths.messages(s))
         chat_ids = set(m.filter(pl.col("contact_id").is_in(contact_ids)).select("chat_id").unique()
                        .collect()["chat_id"].to_list())
         if handles:
-            shared = sorted(set(m.filter(pl.col("sender").is_in(handles) & ~pl.col("contact_id").is_in(contact_ids))
-                                .select("contact_id").unique().collect()["contact_id"].to_list()))
+            wrote = m.filter(pl.col("sender").is_in(handles) & ~pl.col("contact_id").is_in(contact_ids))
+            shared = sorted(set(shared) | set(wrote.select("contact_id").unique().collect()["contact_id"].to_list()))
     if shared:
         batches = sorted(set(batches) | set(contacts.filter(pl.col("contact_id").is_in(shared))["batch"]
                                             .drop_nulls().to_list()))

@@ -3,9 +3,12 @@
 The snapshot is brb's own copy of the sources (the sources themselves are never written), so a
 forgotten person is deleted from it as from any store: their messages (and tapbacks on them),
 their handles and chat joins, their attachment rows, their direct chats and forgotten group
-chats, and every AddressBook card holding one of their handles; with ``secure_delete`` and a
-``VACUUM`` so the copy keeps no free page with their rows. Triggers of the copy are dropped
-first: chat.db's call functions only the Messages app registers, and the copy needs none.
+chats, and every AddressBook card holding one of their handles; in the Mail copy, the same
+by thread (a thread is a chat: direct with one other participant), their addresses, and the
+subjects, summaries and bodies only their messages used (see :mod:`.scrub_emlx` for the
+``.emlx`` files). With ``secure_delete`` and a ``VACUUM`` so a copy keeps no free page with their
+rows. Triggers of the copy are dropped first: chat.db's call functions only the Messages app
+registers, and the copy needs none.
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ from typing import Any
 
 from brb_pipeline.core.records.handles import normalize_handle
 from brb_pipeline.pipeline.forgotten import ForgottenRules, forgotten_rules, migrate_legacy
+from brb_pipeline.pipeline.scrub_emlx import scrub_bodies
 from brb_pipeline.settings import Settings
 from brb_pipeline.sources.imessage_rows import parent_guid
+from brb_pipeline.sources.mail import THREAD_SQL, owner_addresses
 
 log = logging.getLogger("brb")
 
@@ -28,7 +33,8 @@ def scrub_snapshot(s: Settings, snapshot: dict[str, Any]) -> dict[str, int]:
     of :func:`brb_pipeline.pipeline.ingest.run_snapshot`).
 
     Returns:
-        Counts (no names, no text): messages, chats, handles and AddressBook cards removed.
+        Counts (no names, no text): messages, chats, handles and AddressBook cards removed,
+        and (with Mail) ``bodies``: .emlx files deleted or rewritten.
     """
     rules = forgotten_rules(s)
     counts = {"messages": 0, "chats": 0, "handles": 0, "cards": 0}
@@ -43,9 +49,12 @@ def scrub_snapshot(s: Settings, snapshot: dict[str, Any]) -> dict[str, int]:
         counts["cards"] += _scrub_addressbook(Path(ab), rules, s.default_region)
     if snapshot.get("whatsapp_db"):
         _add(counts, _scrub_whatsapp(Path(snapshot["whatsapp_db"]), rules, s.default_region))
+    if snapshot.get("mail_db"):
+        _add(counts, _scrub_mail(Path(snapshot["mail_db"]), rules, s.default_region))
     if any(counts.values()):
-        log.info("Snapshot - forgotten people removed from the copy: %d messages, %d chats, %d handles, %d cards",
-                 counts["messages"], counts["chats"], counts["handles"], counts["cards"])
+        log.info("Snapshot - forgotten people removed from the copy: %d messages, %d chats, %d handles, %d cards,"
+                 " %d mail bodies", counts["messages"], counts["chats"], counts["handles"], counts["cards"],
+                 counts.get("bodies", 0))
     return counts
 
 
@@ -72,6 +81,13 @@ def _seen(snapshot: dict[str, Any], region: str) -> tuple[set[str], set[str]]:
                 handles.add(normalize_handle(jid, region))
             handles |= {normalize_handle(j, region) for (j,) in con.execute(
                 "SELECT ZMEMBERJID FROM ZWAGROUPMEMBER WHERE ZMEMBERJID IS NOT NULL")}
+        finally:
+            con.close()
+    if snapshot.get("mail_db"):
+        con = _open(Path(snapshot["mail_db"]))
+        try:
+            handles |= {normalize_handle(a, region) for (a,) in con.execute("SELECT address FROM addresses")}
+            chats |= {f"mail:{t}" for (t,) in con.execute(f"SELECT DISTINCT {THREAD_SQL} FROM messages m")}
         finally:
             con.close()
     return handles - {None}, chats
@@ -251,3 +267,100 @@ def _scrub_whatsapp(path: Path, rules: ForgottenRules, region: str) -> dict[str,
         con.close()
         raise
     return {"messages": n_msg, "chats": n_chat, "handles": len(members)}
+
+
+def _scrub_mail(path: Path, rules: ForgottenRules, region: str) -> dict[str, int]:
+    """Mail's Envelope Index copy, then the body files beside it (``path.parent.parent``)."""
+    con = _open(path)
+    try:
+        gone_a, gone_t, doomed, touched = _mail_doomed(con, rules, region)
+        if not gone_a and not gone_t:
+            con.close()
+            return {}
+        _drop_triggers(con)
+        con.execute("BEGIN")
+        n_msg = _delete_mail(con, _tables(con), set(gone_a), {int(t) for t in gone_t if t.isdigit()}, doomed)
+        _finish(con)
+    except BaseException:
+        con.close()
+        raise
+    n_bodies = scrub_bodies(path.parent.parent, doomed, touched,
+                            lambda a: rules.is_handle(normalize_handle(a, region)), gone_a.values())
+    return {"messages": n_msg, "chats": len(gone_t), "handles": len(gone_a), "bodies": n_bodies}
+
+
+def _mail_doomed(con: sqlite3.Connection, rules: ForgottenRules, region: str
+                 ) -> tuple[dict[int, str], set[str], set[int], set[int]]:
+    """(their address rows, their threads, messages to delete, messages kept in a thread they
+    were part of). As in chat.db: a direct thread (one participant besides the owner) with them
+    or a forgotten thread goes whole; elsewhere their messages go, and so do the owner's (and
+    drafts) sent only to forgotten people. A Mail thread has no identity beyond its participants:
+    one left with a single other person reads as a direct thread with them from then on."""
+    raw = dict(con.execute("SELECT ROWID, address FROM addresses").fetchall())
+    handle = {rid: normalize_handle(a, region) for rid, a in raw.items()}
+    gone_a = {rid: raw[rid] for rid, h in handle.items() if rules.is_handle(h)}
+    _, owner = owner_addresses(con, region)
+    to: dict[int, set[int]] = {}
+    for mid, aid in con.execute("SELECT message, address FROM recipients"):
+        to.setdefault(mid, set()).add(aid)
+    rows = con.execute(f"SELECT m.ROWID, {THREAD_SQL}, m.sender FROM messages m").fetchall()
+    parts: dict[str, set[str]] = {}
+    for mid, thread, sender in rows:
+        ids = to.get(mid, set()) | ({sender} if sender is not None else set())
+        parts.setdefault(thread, set()).update(h for a in ids if (h := handle.get(a)) and h not in owner)
+    gone_h = {handle[a] for a in gone_a}
+    gone_t = {t for t, p in parts.items() if (len(p) <= 1 and p & gone_h) or rules.is_chat(f"mail:{t}")}
+    doomed, touched = set(), set()
+    for mid, thread, sender in rows:
+        others = {handle.get(a) for a in to.get(mid, set())} - owner - {None}
+        mine = sender is None or handle.get(sender) in owner
+        if thread in gone_t or sender in gone_a or (mine and others and others <= gone_h):
+            doomed.add(mid)
+        elif parts[thread] & gone_h:
+            touched.add(mid)
+    return gone_a, gone_t, doomed, touched
+
+
+def _delete_mail(con: sqlite3.Connection, cols: dict[str, set[str]], gone_a: set[int], gone_conv: set[int],
+                 doomed: set[int]) -> int:
+    """Delete the doomed messages, their rows elsewhere, and what only they (or the removed
+    addresses) used. Returns messages removed."""
+    def refs(table: str, col: str, where: str = "") -> set:
+        if table not in cols or col not in cols[table]:
+            return set()
+        return {v for (v,) in con.execute(f'SELECT "{col}" FROM "{table}" {where}') if v is not None}
+
+    marks = f"WHERE ROWID IN ({','.join(str(int(m)) for m in doomed) or 'NULL'})"
+    used = {c: refs("messages", c, marks) for c in ("subject", "summary", "global_message_id", "message_id")}
+    for table, col in (("recipients", "message"), ("attachments", "message"), ("labels", "message_id"),
+                       ("message_references", "message"), ("message_metadata", "message_id")):
+        if col in cols.get(table, ()):
+            _delete_in(con, table, col, doomed)
+    n_msg = _delete_in(con, "messages", "ROWID", doomed)
+    left = {c: refs("messages", c) for c in used}
+    gone = {c: used[c] - left[c] for c in used}
+    gone["message_id"] -= {0}
+    _delete_in(con, "subjects", "ROWID", gone["subject"])
+    if "summaries" in cols:
+        _delete_in(con, "summaries", "ROWID", gone["summary"])
+    if "message_global_data" in cols:
+        data = gone["global_message_id"] | gone["message_id"]
+        q = f"WHERE ROWID IN ({','.join(str(int(v)) for v in data) or 'NULL'})" \
+            f" OR message_id IN ({','.join(str(int(v)) for v in gone['message_id']) or 'NULL'})"
+        summaries = refs("message_global_data", "generated_summary", q)
+        con.execute(f"DELETE FROM message_global_data {q}")
+        if "generated_summaries" in cols:
+            _delete_in(con, "generated_summaries", "ROWID", summaries - refs("message_global_data", "generated_summary"))
+    if "conversation_id_message_id" in cols:
+        _delete_in(con, "conversation_id_message_id", "conversation_id", gone_conv)
+        _delete_in(con, "conversation_id_message_id", "message_id", gone["message_id"])
+    if "conversations" in cols:
+        _delete_in(con, "conversations", "conversation_id", gone_conv)
+    _delete_in(con, "recipients", "address", gone_a)
+    if "sender_addresses" in cols:
+        senders = refs("sender_addresses", "sender", f"WHERE address IN ({','.join(map(str, gone_a)) or 'NULL'})")
+        _delete_in(con, "sender_addresses", "address", gone_a)
+        if "senders" in cols:
+            _delete_in(con, "senders", "ROWID", senders - refs("sender_addresses", "sender"))
+    _delete_in(con, "addresses", "ROWID", gone_a)
+    return n_msg

@@ -72,7 +72,8 @@ _EMLX = re.compile(r"^(\d+)(\.partial)?\.emlx$")
 # The first copy of each message (by global_message_id) that is neither deleted nor a draft.
 _KEPT = """m.deleted = 0 AND m.sender IS NOT NULL AND m.ROWID IN (
     SELECT min(ROWID) FROM messages WHERE deleted = 0 AND sender IS NOT NULL GROUP BY global_message_id)"""
-_THREAD = "CASE WHEN coalesce(m.conversation_id, 0) != 0 THEN CAST(m.conversation_id AS TEXT) ELSE 'm' || m.ROWID END"
+#: A message's thread key in SQL over ``messages m`` (its ``chat_id`` is ``mail:<key>``).
+THREAD_SQL = "CASE WHEN coalesce(m.conversation_id, 0) != 0 THEN CAST(m.conversation_id AS TEXT) ELSE 'm' || m.ROWID END"
 
 
 def locate_envelope_index(mail_dir: Path) -> Path:
@@ -92,15 +93,32 @@ def locate_envelope_index(mail_dir: Path) -> Path:
     raise SourceMissingError(f"{WHAT} not found under {d} (expected V10/{ENVELOPE_INDEX}): check the --mail path")
 
 
-def emlx_files(version_dir: Path) -> dict[int, Path]:
-    """ROWID -> body file under a version folder (a full ``.emlx`` wins over a ``.partial.emlx``)."""
-    found: dict[int, Path] = {}
+def body_files(version_dir: Path) -> Iterator[tuple[int, bool, Path]]:
+    """Every body file under a version folder: (ROWID, is a ``.partial.emlx``, path)."""
     for root, _dirs, files in os.walk(version_dir):
         for name in files:
             m = _EMLX.match(name)
-            if m and (int(m.group(1)) not in found or not m.group(2)):
-                found[int(m.group(1))] = Path(root) / name
+            if m:
+                yield int(m.group(1)), bool(m.group(2)), Path(root) / name
+
+
+def emlx_files(version_dir: Path) -> dict[int, Path]:
+    """ROWID -> body file under a version folder (a full ``.emlx`` wins over a ``.partial.emlx``)."""
+    found: dict[int, Path] = {}
+    for rowid, partial, path in body_files(version_dir):
+        if rowid not in found or not partial:
+            found[rowid] = path
     return found
+
+
+def owner_addresses(conn: sqlite3.Connection, region: str) -> tuple[set[int], set[str]]:
+    """The Sent mailboxes (ROWIDs) and the owner's addresses (normalized): the senders of their mail."""
+    sent = {pk for pk, url in conn.execute("SELECT ROWID, url FROM mailboxes") if _is_sent(url)}
+    marks = ",".join("?" * len(sent))
+    rows = conn.execute(
+        f"SELECT DISTINCT a.address FROM messages m JOIN addresses a ON a.ROWID = m.sender WHERE m.mailbox IN ({marks})",
+        tuple(sent)).fetchall() if sent else []
+    return sent, {h for (a,) in rows if (h := normalize_handle(a, region))}
 
 
 def read_mail(path: Path, **options: Any) -> ReadResult:
@@ -175,12 +193,7 @@ class MailStream(BlockReader):
 
     def _counts(self, conn: sqlite3.Connection) -> None:
         """Sent mailboxes, the owner's addresses, skipped rows, the date epoch, the total."""
-        self.sent = {pk for pk, url in conn.execute("SELECT ROWID, url FROM mailboxes") if _is_sent(url)}
-        marks = ",".join("?" * len(self.sent))
-        rows = conn.execute(
-            f"SELECT DISTINCT a.address FROM messages m JOIN addresses a ON a.ROWID = m.sender WHERE m.mailbox IN ({marks})",
-            tuple(self.sent)).fetchall() if self.sent else []
-        self.owner = {h for (a,) in rows if (h := normalize_handle(a, self.region))}
+        self.sent, self.owner = owner_addresses(conn, self.region)
         st = self.stats
         st["owner_addresses"] = len(self.owner)
         st["deleted_skipped"] = conn.execute("SELECT count(*) FROM messages WHERE deleted != 0").fetchone()[0]
@@ -200,10 +213,10 @@ class MailStream(BlockReader):
         """CHAT_SCHEMA: one row per thread, participants = senders and recipients but the owner."""
         skip_lists = f" AND NOT {self._flags_sql}" if self.exclude_lists else ""
         sql = f"""
-            SELECT {_THREAD} AS thread, a.address, a.comment FROM messages m JOIN addresses a ON a.ROWID = m.sender
+            SELECT {THREAD_SQL} AS thread, a.address, a.comment FROM messages m JOIN addresses a ON a.ROWID = m.sender
             WHERE {_KEPT}{skip_lists}
             UNION ALL
-            SELECT {_THREAD} AS thread, a.address, a.comment FROM messages m JOIN recipients r ON r.message = m.ROWID
+            SELECT {THREAD_SQL} AS thread, a.address, a.comment FROM messages m JOIN recipients r ON r.message = m.ROWID
             JOIN addresses a ON a.ROWID = r.address WHERE {_KEPT}{skip_lists}"""
         people: dict[str, dict[str, str | None]] = {}
         for thread, address, comment in conn.execute(sql):
@@ -236,7 +249,7 @@ class MailStream(BlockReader):
         if self._conn is None:
             raise RuntimeError("MailStream.blocks() outside its with-block")
         sql = f"""
-            SELECT m.ROWID, m.global_message_id, {_THREAD}, a.address, s.subject, m.subject_prefix,
+            SELECT m.ROWID, m.global_message_id, {THREAD_SQL}, a.address, s.subject, m.subject_prefix,
                    coalesce(m.date_sent, m.date_received), m.mailbox, {self._flags_sql},
                    (SELECT count(*) FROM attachments t WHERE t.message = m.ROWID)
             FROM messages m LEFT JOIN addresses a ON a.ROWID = m.sender LEFT JOIN subjects s ON s.ROWID = m.subject

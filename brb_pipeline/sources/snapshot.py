@@ -111,6 +111,15 @@ def source_fingerprint(chat_db: Path) -> str:
     return "|".join(_stat_part(Path(str(p) + suffix)) for suffix in ("", "-wal", "-shm"))
 
 
+def mail_fingerprint(mail_dir: Path) -> str:
+    """:func:`source_fingerprint` of the Envelope Index of a Mail folder (its bodies are written
+    with it): ``"missing"`` when the folder holds none, so a sensor can poll without raising."""
+    try:
+        return source_fingerprint(locate_envelope_index(mail_dir))
+    except SourceMissingError:
+        return "missing"
+
+
 def addressbook_stores(addressbook_dir: Path) -> list[Path]:
     """Every ``AddressBook-v22.abcddb`` under the folder: the root one and ``Sources/*/``."""
     d = Path(addressbook_dir)
