@@ -32,9 +32,13 @@ def status_dict(s: Settings) -> dict[str, Any]:
         "home": str(s.home), "messages": 0, "contacts": 0, "named_contacts": 0, "chunks": 0,
         "embedding_model": None, "embedding_device": None, "last_ingestion": None, "last_success": None, "channels": s.channels(), "clusters": 0,
         "map": None, "indexes": None, "search_ready": False, "store_update_pending": False, "warnings": [],
+        "memory": _memory_status(s),
     }
     if not s.brb_db.exists():
         return out
+    last_memory = metadata.last_run_stat(s.brb_db, "memory")
+    if last_memory:
+        out["memory"]["losses"] = json.loads(last_memory).get("losses")
     metadata.settle_dead_runs(s.brb_db)  # a run whose process is gone is "interrupted", never "running"
     contacts = metadata.read_contacts(s.brb_db)
     if contacts.height:
@@ -61,9 +65,19 @@ def status_dict(s: Settings) -> dict[str, Any]:
     return out
 
 
+def _memory_status(s: Settings) -> dict[str, Any]:
+    """The distilled memory's part of the status: rows stored, the newest run's losses, and the
+    skip reason while no local model is configured."""
+    from brb_pipeline.pipeline.memory import NO_MODEL
+
+    skipped = s.llm_model_path is None
+    return {"topics": 0, "profiles": 0, "losses": None, "skipped": skipped, "reason": NO_MODEL if skipped else None}
+
+
 def _store_status(s: Settings, out: dict[str, Any]) -> None:
     """Fill ``out``'s chunk count, model, indexes and search readiness from ``brb.duckdb`` (or its
     ``store_error``)."""
+    from brb_pipeline.core.memory.tables import memory_counts
     from brb_pipeline.core.store import duck
     from brb_pipeline.core.store.chunks import store_stats
     from brb_pipeline.core.store.index import index_status
@@ -75,6 +89,7 @@ def _store_status(s: Settings, out: dict[str, Any]) -> None:
             out["chunks"] = int(st.get("chunks", 0))
             out["embedding_model"] = duck.get_meta(con, "embedding_model")
             ix = index_status(con)
+            out["memory"].update(memory_counts(con))
         finally:
             con.close()
         out["indexes"] = {k: {"present": bool(ix[k]["present"]), "rows": ix[k].get("rows"),
@@ -102,6 +117,9 @@ def status_lines(st: dict[str, Any]) -> list[str]:
     ix = st["indexes"] or {}
     lines.append("indexes         " + (", ".join(
         f"{k} {'ok' if v['matches_chunks'] else ('stale' if v['present'] else 'missing')}" for k, v in ix.items()) or "none"))
+    mem = st.get("memory") or {}
+    lines.append("memory          " + (f"skipped: {mem['reason']}" if mem.get("skipped") else
+                                      f"{mem.get('topics', 0):,} topics, {mem.get('profiles', 0):,} profiles"))
     lines += [f"warning         check {w.get('check')} on {w.get('asset')}" for w in st["warnings"]]
     return lines
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from brb_pipeline.assets import batches, ingest, insights, store
+from brb_pipeline.assets import batches, ingest, insights, memory, store
 from brb_pipeline.assets import automation
 from brb_pipeline.assets.jobs import contact_backfill_job
 from brb_pipeline.assets.checks import ALL_CHECKS
@@ -13,7 +13,7 @@ from brb_pipeline.assets.resources import BrbSettings, Runtime
 
 ALL_ASSETS = [
     ingest.source_snapshot, ingest.parsed_messages, ingest.contacts, ingest.contact_batches,
-    batches.batch_chunks, batches.batch_embeddings,
+    batches.batch_chunks, batches.batch_embeddings, memory.batch_topics, memory.person_profiles,
     store.chunk_store, store.vector_index, store.text_index,
     insights.projection, insights.clusters, insights.cluster_labels, insights.insights_map,
 ]
@@ -23,7 +23,7 @@ ingest_job = dg.define_asset_job("ingest_job", selection=dg.AssetSelection.group
                                  description="Snapshot the sources, parse, resolve contacts, register batches.")
 batch_job = dg.define_asset_job("batch_job", selection=dg.AssetSelection.groups(PER_BATCH),
                                 partitions_def=contact_batches_partitions,
-                                description="Chunk and embed one contact batch.")
+                                description="Chunk and embed one contact batch, distil its topics and profiles.")
 finalize_job = dg.define_asset_job("finalize_job", selection=dg.AssetSelection.groups(STORE, INSIGHTS),
                                    description="Load the store, build indexes, redraw the insights map.")
 

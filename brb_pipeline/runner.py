@@ -31,7 +31,7 @@ from brb_pipeline.core import metadata
 from brb_pipeline.core import errors as errors_mod
 from brb_pipeline.core.errors import BrbError, CancelledError, CheckFailedError
 from brb_pipeline.core.progress import CancelToken, Progress
-from brb_pipeline.pipeline import paths
+from brb_pipeline.pipeline import memory, paths
 from brb_pipeline.pipeline.incremental import force_batches, pending_work
 from brb_pipeline.settings import Settings
 
@@ -213,6 +213,7 @@ class _Run:
         self.timings: dict[str, float] = {}
         self.run_id = metadata.start_run(s.brb_db, str(s.snapshot_dir))
         self.log = RunLog(s, self.run_id)
+        self.memory: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], [])  # topics, profiles metadata
 
     @contextmanager
     def timed(self, step: str) -> Iterator[None]:
@@ -255,6 +256,7 @@ def run_ingest(
     embedder: Any | None = None,
     analyze: bool = True,
     reembed: bool = False,
+    generator: Any | None = None,
 ) -> dict[str, Any]:
     """Materialize the whole graph for ``s``; returns a JSON-able summary.
 
@@ -268,10 +270,11 @@ def run_ingest(
         analyze: also compute the insights map.
         reembed: embed every chunk of every processed batch again instead of reusing the vectors
             of chunks whose text did not change (all batches are processed).
+        generator: the distilled memory's text generator (default: ``llm_model_path``'s).
     """
     _guard_sources(s)
     progress = progress or Progress()
-    runtime = Runtime(progress, cancel or CancelToken(), embedder, reembed=reembed)
+    runtime = Runtime(progress, cancel or CancelToken(), embedder, reembed=reembed, generator=generator)
     run = _Run(s, runtime)
     stop_forwarding = progress.forward_logs()  # pipeline warnings reach JSON lines, not only stderr
     try:
@@ -291,6 +294,7 @@ def run_ingest(
             "chunks": int(store_meta.get("chunks", 0)),
             "store_changed": bool(store_meta.get("changed", False)),
             "embedding_device": runtime.embedder(s).device if todo else None,
+            "memory": memory.run_summary(s, *run.memory),
             "map": _meta(r, "insights_map").get("html"),
             "warnings": run.log.warnings,
             "timings": run.timings,
@@ -352,9 +356,23 @@ def _run_batches(run: _Run, only_contacts: list[str] | None, reembed: bool) -> t
         runtime.batches.start(s, todo)
         for b in todo:
             runtime.cancel.check()
-            run.materialize(dg.AssetSelection.groups(PER_BATCH), partition_key=b)
+            _keep_memory(run, run.materialize(dg.AssetSelection.groups(PER_BATCH), partition_key=b))
         runtime.batches.finish(unchanged=batches - len(todo))
+    with run.timed("memory"):  # batches whose chunks did not change but whose model or prompt did
+        gen = runtime.generator(s)
+        for b in memory.pending(s, [r["batch"] for r in metadata.all_batches(s.brb_db)], gen and gen.model_id):
+            runtime.cancel.check()
+            _keep_memory(run, run.materialize(dg.AssetSelection.assets("batch_topics", "person_profiles"),
+                                              partition_key=b))
     return todo, batches
+
+
+def _keep_memory(run: _Run, result: dg.ExecuteInProcessResult) -> None:
+    """Keep a batch run's memory metadata (topics, profiles) for the run's summary."""
+    for kept, asset in zip(run.memory, ("batch_topics", "person_profiles")):
+        meta = _meta(result, asset)
+        if meta:
+            kept.append(meta)
 
 
 DERIVED_TEXT_ASSETS = ("cluster_labels", "insights_map", "clusters")

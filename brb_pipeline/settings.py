@@ -103,6 +103,10 @@ class Settings:
     merge_threshold: float = 0.92
     noise_reassign_threshold: float = 0.5
     labeler_model_path: Path | None = None
+    # Distilled memory: a local mlx-lm instruct model directory; without one, no topics or profiles.
+    llm_model_path: Path | None = None
+    llm_max_tokens: int = 512  # generation cap per prompt
+    memory_window_chars: int = 6000  # message text per prompt; a longer month is cut into windows
     # Share of the store that may be placed next to existing chunks instead of refitting the
     # layout (new chunks now, and placed since the last refit in total).
     insights_refit_share: float = 0.05

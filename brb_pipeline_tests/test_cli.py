@@ -167,6 +167,7 @@ def test_status_text_on_empty_and_full_home(tmp_path, ingested_home):
         f"home            {tmp_path / 'empty'}\nmessages        0\ncontacts        0 (0 named)\nchunks          0\n"
         "embedding model None\nclusters        0\nchannels        imessage on, whatsapp off\n"
         "last ingestion  never\nindexes         none\n"
+        "memory          skipped: no local model configured: set BRB_LLM_MODEL_PATH\n"
     )
     st = status_json(ingested_home)
     lines = cli("status", home=ingested_home).stdout.splitlines()
@@ -174,6 +175,7 @@ def test_status_text_on_empty_and_full_home(tmp_path, ingested_home):
                          f"contacts        {st['contacts']:,} ({st['named_contacts']:,} named)",
                          f"chunks          {st['chunks']:,}"]
     assert lines[8] == "indexes         hnsw ok, fts ok"
+    assert lines[9] == "memory          skipped: no local model configured: set BRB_LLM_MODEL_PATH"
 
 
 def test_search_json_and_insights_path(ingested_home):

@@ -32,15 +32,17 @@ class Runtime:
 
     Args:
         reembed: ignore the vectors of unchanged chunks (``brb ingest --reembed``).
+        generator: the distilled memory's text generator (tests pass a scripted one).
     """
 
     def __init__(self, progress: Progress | None = None, cancel: CancelToken | None = None,
-                 embedder: Any | None = None, *, reembed: bool = False) -> None:
+                 embedder: Any | None = None, *, reembed: bool = False, generator: Any | None = None) -> None:
         self.progress = progress or Progress()
         self.cancel = cancel or CancelToken()
         self.reembed = reembed
         self.batches = BatchProgress(self.progress)  # planned by the headless runner; idle in the UI
         self._embedder = embedder
+        self._generator = generator
 
     def embedder(self, s: Settings) -> Any:
         """The embedder given at construction, else the process's one for ``s`` (loaded once)."""
@@ -49,6 +51,15 @@ class Runtime:
         from brb_pipeline.core.embedding.models import load_embedder
 
         return load_embedder(s)
+
+    def generator(self, s: Settings) -> Any | None:
+        """The memory's text generator given at construction, else ``llm_model_path``'s (None
+        when no model is configured)."""
+        if self._generator is not None:
+            return self._generator
+        from brb_pipeline.pipeline.memory import load_generator
+
+        return load_generator(s)
 
     def progress_for(self, context: dg.AssetExecutionContext) -> Progress:
         """The shared progress, plus the run's Dagster log when nothing else is listening."""

@@ -5,15 +5,18 @@ import dagster as dg
 
 from brb_pipeline.assets.batches import batch_embeddings
 from brb_pipeline.assets.groups import DUCKDB_POOL, STORE
+from brb_pipeline.assets.memory import batch_topics, person_profiles
 from brb_pipeline.assets.resources import BrbSettings, Runtime
 from brb_pipeline.pipeline import store
 
 
-@dg.asset(group_name=STORE, deps=[batch_embeddings], pool=DUCKDB_POOL, kinds={"duckdb"})
+@dg.asset(group_name=STORE, deps=[batch_embeddings, batch_topics, person_profiles], pool=DUCKDB_POOL,
+          kinds={"duckdb"})
 def chunk_store(context: dg.AssetExecutionContext, brb: BrbSettings,
                 runtime: dg.ResourceParam[Runtime]) -> dg.MaterializeResult:
     """The changed partitions loaded into a copy of brb.duckdb (``brb.duckdb.next``) with set-based
-    INSERT ... read_parquet; the copy replaces the store once both indexes are built in it."""
+    INSERT ... read_parquet, with the topics and profiles tables; the copy replaces the store once
+    both indexes are built in it."""
     runtime.cancel.check()
     return dg.MaterializeResult(metadata=store.run_load(brb.load(), runtime.progress_for(context)))
 

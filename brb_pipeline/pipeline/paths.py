@@ -51,13 +51,32 @@ def partition(s: Settings, batch: str) -> Path:
 
 
 def staged_batch_files(s: Settings) -> dict[str, list[Path]]:
-    """batch key -> its staged files (chunk texts, embeddings and their ``.embedcfg``), as on disk."""
+    """batch key -> its staged files (chunk texts, embeddings and their ``.embedcfg``, topics,
+    profiles), as on disk."""
     out: dict[str, list[Path]] = {}
-    for d in (s.staging_dir / "chunked", s.staging_dir / "chunks"):
+    for d in (s.staging_dir / "chunked", s.staging_dir / "chunks", topics_dir(s), profiles_dir(s)):
         for f in sorted(d.glob("batch=*.parquet*")) if d.is_dir() else []:
             key = f.name[len("batch="):].split(".parquet", 1)[0]
             out.setdefault(key, []).append(f)
     return out
+
+
+def topics_dir(s: Settings) -> Path:
+    """Per-batch topics the local model distilled (``staging/topics/batch=<key>.parquet``)."""
+    return s.staging_dir / "topics"
+
+
+def topics(s: Settings, batch: str) -> Path:
+    return topics_dir(s) / f"batch={batch}.parquet"
+
+
+def profiles_dir(s: Settings) -> Path:
+    """Per-batch person profiles derived from the topics (``staging/profiles/batch=<key>.parquet``)."""
+    return s.staging_dir / "profiles"
+
+
+def profiles(s: Settings, batch: str) -> Path:
+    return profiles_dir(s) / f"batch={batch}.parquet"
 
 
 def insights_staging(s: Settings) -> Path:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from brb_pipeline.core import faults, metadata
+from brb_pipeline.core.memory.tables import load_memory
 from brb_pipeline.core.store import duck
 from brb_pipeline.core.errors import StoreError
 from brb_pipeline.core.progress import Progress
@@ -29,12 +30,14 @@ from brb_pipeline.core.store.index import build_fts, build_hnsw, index_status
 from brb_pipeline.core.store.chunks import LoadMemoryError, load_partitions, store_stats
 from brb_pipeline.pipeline import paths
 from brb_pipeline.pipeline.embed import drop_retired
+from brb_pipeline.pipeline.memory import memory_files
 from brb_pipeline.settings import Settings
 
 log = logging.getLogger("brb")
 
 GENERATION = "store_generation"  # bumped on every load that changed rows; indexes record theirs
 PENDING_LOADED = "pending_loaded"  # meta of the staging copy: batch -> fingerprint it was loaded from
+MEMORY_KEY = "memory_key"  # what the topics and profiles tables were loaded from (pipeline.memory)
 
 
 def _wal(p: Path) -> Path:
@@ -104,13 +107,14 @@ def publish(s: Settings) -> dict[str, Any] | None:
     return {"rows": int(status["store_rows"]), "generation": gen}
 
 
-def _stored(s: Settings) -> tuple[dict[str, int], str | None]:
-    """Chunks per batch and the embedding model of the published store."""
+def _stored(s: Settings) -> tuple[dict[str, int], str | None, str | None]:
+    """Chunks per batch, the embedding model and the memory key of the published store."""
     if not s.duckdb_path.exists():
-        return {}, None
+        return {}, None, None
     con = duck.connect(s.duckdb_path, read_only=True)
     try:
-        return store_stats(con).get("batches", {}) or {}, duck.get_meta(con, "embedding_model")
+        return (store_stats(con).get("batches", {}) or {}, duck.get_meta(con, "embedding_model"),
+                duck.get_meta(con, MEMORY_KEY))
     finally:
         con.close()
 
@@ -137,7 +141,7 @@ def run_load(s: Settings, progress: Progress | None = None) -> dict[str, Any]:
 def _load(s: Settings) -> dict[str, Any]:
     t0 = time.perf_counter()
     batches = {b["batch"]: b for b in metadata.all_batches(s.brb_db)}
-    stored, stored_model = _stored(s)
+    stored, stored_model, stored_memory = _stored(s)
     models = {b["embedding_model"] for b in batches.values() if b.get("embedding_model")}
     if len(models) > 1:
         log.warning("Saving - staged partitions come from %d models; waiting for re-embedding", len(models))
@@ -151,30 +155,15 @@ def _load(s: Settings) -> dict[str, Any]:
         and paths.partition(s, b).exists()
     }
     remove = sorted(set(stored) - set(batches))
-    if not todo and not remove:
+    memory = memory_files(s, set(batches))
+    if not todo and not remove and memory[2] == stored_memory:
         drop_retired(s)
         discard_next(s)  # a copy left by a killed run: brb.db says the store already holds everything
         return {"changed": False, "chunks": int(sum(stored.values())), "seconds": round(time.perf_counter() - t0, 3),
                 "embedding_model": str(stored_model), "staged_files_pruned": prune_partitions(s, set(batches))}
     nxt = _begin_update(s)
     try:
-        con = duck.connect(nxt, memory_limit=s.duckdb_load_memory_limit)
-        try:
-            try:
-                report = load_partitions(con, todo, remove_batches=remove, replace_all=replace_all)
-            except LoadMemoryError:
-                # Rows far wider than usual: correctness first, the memory bound second.
-                log.warning("Saving - the load needs more than duckdb_load_memory_limit=%s; loading without it",
-                            s.duckdb_load_memory_limit)
-                con.close()
-                con = duck.connect(nxt)
-                report = load_partitions(con, todo, remove_batches=remove, replace_all=replace_all)
-            gen = int(duck.get_meta(con, GENERATION, 0) or 0) + 1
-            duck.set_meta(con, GENERATION, gen)
-            duck.set_meta(con, PENDING_LOADED, {b: batches[b]["embedded_fingerprint"] for b in todo})
-            stats = store_stats(con)
-        finally:
-            con.close()
+        report, gen, stats, counts = _load_into(s, nxt, todo, remove, replace_all, batches, memory)
     except BaseException:
         discard_next(s)  # the store itself was never touched
         raise
@@ -191,11 +180,47 @@ def _load(s: Settings) -> dict[str, Any]:
         "chunks": int(stats.get("chunks", 0)),
         "embedding_model": str(model),
         "generation": gen,
-        "rows_inserted": report.inserted,
-        "rows_deleted": report.deleted,
-        "load_seconds": round(report.seconds, 3),
+        "rows_inserted": report.inserted if report else 0,
+        "rows_deleted": report.deleted if report else 0,
+        "topics": counts["topics"],
+        "profiles": counts["profiles"],
+        "load_seconds": round(report.seconds, 3) if report else 0.0,
         "seconds": round(time.perf_counter() - t0, 3),
     }
+
+
+def _load_into(s: Settings, nxt: Path, todo: dict[str, Path], remove: list[str], replace_all: bool,
+               batches: dict[str, dict], memory: tuple[list[Path], list[Path], str]) -> tuple[Any, Any, dict, dict]:
+    """The load's writes to the staging copy ``nxt``: the changed partitions (when there are
+    any: a change of the memory alone keeps the chunks, their indexes and the generation), then
+    the topics and profiles tables from every memory file.
+
+    Returns:
+        (the chunk load's report or None, the generation, store_stats, memory table counts).
+    """
+    con = duck.connect(nxt, memory_limit=s.duckdb_load_memory_limit)
+    try:
+        report = None
+        gen = duck.get_meta(con, GENERATION, 0)
+        if todo or remove:
+            try:
+                report = load_partitions(con, todo, remove_batches=remove, replace_all=replace_all)
+            except LoadMemoryError:
+                # Rows far wider than usual: correctness first, the memory bound second.
+                log.warning("Saving - the load needs more than duckdb_load_memory_limit=%s; loading without it",
+                            s.duckdb_load_memory_limit)
+                con.close()
+                con = duck.connect(nxt)
+                report = load_partitions(con, todo, remove_batches=remove, replace_all=replace_all)
+            gen = int(gen or 0) + 1
+            duck.set_meta(con, GENERATION, gen)
+        duck.set_meta(con, PENDING_LOADED, {b: batches[b]["embedded_fingerprint"] for b in todo})
+        counts = load_memory(con, memory[0], memory[1])
+        duck.set_meta(con, MEMORY_KEY, memory[2])
+        con.execute("CHECKPOINT")
+        return report, gen, store_stats(con), counts
+    finally:
+        con.close()
 
 
 def prune_partitions(s: Settings, keep: set[str]) -> int:
