@@ -65,7 +65,8 @@ def _built_for(con: duckdb.DuckDBPyConnection) -> bool:
     hnsw = con.execute("SELECT count(*) FROM duckdb_indexes() WHERE database_name = current_database() "
                        "AND index_name = ?", [TOPIC_HNSW]).fetchone()[0]
     fts = con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
-                      "AND schema_name = ? AND table_name IN ('docs', 'dict', 'terms', 'stats')", [TOPIC_FTS_SCHEMA]).fetchone()[0]
+                      "AND schema_name = ? AND table_name IN ('docs', 'dict', 'terms', 'stats')",
+                      [TOPIC_FTS_SCHEMA]).fetchone()[0]
     return bool(hnsw and fts == 4 and info.get("embedding_model") == get_meta(con, "embedding_model")
                 and info.get("dim") == get_meta(con, "dim"))
 
