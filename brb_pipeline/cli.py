@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from brb_pipeline.cli_profile import profile_command
 from brb_pipeline.cli_output import MAIL_WARNING, WHATSAPP_WARNING, search_text, status_dict, status_lines
 from brb_pipeline.core.errors import BrbError, CancelledError
 from brb_pipeline.settings import Settings
@@ -435,6 +436,9 @@ def delete_all_cmd(yes, home):
         click.confirm(f"Delete everything under {s.home}?", abort=True)
     removed = delete_all(s)
     click.echo(f"brb: removed {len(removed)} items from {s.home}", err=True)
+
+
+main.add_command(profile_command(home_opt, _settings))
 
 
 if __name__ == "__main__":

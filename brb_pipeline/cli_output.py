@@ -130,11 +130,27 @@ def search_text(out: dict[str, Any]) -> str:
     r = out["routing"]
     if r["contact_ids"]:
         parts.append(f"(searching {', '.join(r['matched'])}'s conversations for: {r['query']})")
+    if out.get("profile"):
+        parts += commitment_lines(out["profile"])
     for i, h in enumerate(out["hits"], 1):
-        parts.append(f"\n#{i}  {h['contact']}  {(h['start'] or '')[:16]}  score {h['scores']['fused']:.4f}")
+        if h.get("kind") == "topic":  # a summary: where its messages are, to open the conversation
+            parts.append(f"\n#{i}  [topic] {h['contact']}  {(h['start'] or '')[:16]} .. {(h['end'] or '')[:16]}"
+                         f"  score {h['scores']['fused']:.4f}  (chat {h['chat_id']}, messages "
+                         f"{h['first_message_id']} .. {h['last_message_id']})")
+        else:
+            parts.append(f"\n#{i}  {h['contact']}  {(h['start'] or '')[:16]}  score {h['scores']['fused']:.4f}")
         parts.append(h["text"])
     if not out["hits"]:
         parts.append("no results")
     elif out.get("confident") is False:
         parts.append("\n(no close match: these are the nearest passages)")
     return "\n".join(parts)
+
+
+def commitment_lines(profile: dict[str, Any]) -> list[str]:
+    """What the profile says was promised to a person (a search's ``profile``), dated when known."""
+    lines = [f"What you promised {profile['contact']}:"]
+    lines += [f"  - {c['text']}" + (f" ({c['date']})" if c.get("date") else "") for c in profile["commitments"]]
+    if not profile["commitments"]:
+        lines.append("  (no commitments in their summaries)")
+    return lines

@@ -26,7 +26,8 @@ def vector_index(context: dg.AssetExecutionContext, brb: BrbSettings,
                  runtime: dg.ResourceParam[Runtime]) -> dg.MaterializeResult:
     """HNSW (cosine) index over the embeddings, built once after the load (in the copy; the second
     index to finish publishes it)."""
-    return dg.MaterializeResult(metadata=store.run_vector_index(brb.load(), progress=runtime.progress_for(context)))
+    return dg.MaterializeResult(metadata=store.run_vector_index(brb.load(), progress=runtime.progress_for(context),
+                                                                 embedder=runtime.embedder))
 
 
 @dg.asset(group_name=STORE, deps=[chunk_store], pool=DUCKDB_POOL, kinds={"duckdb"})

@@ -28,6 +28,7 @@ from brb_pipeline.core.search.fusion import Fusion
 from brb_pipeline.core.contacts.routing import ContactRef, route_query
 from brb_pipeline.core.search.hybrid import neighbours, search
 from brb_pipeline.core.search.log import log_search
+from brb_pipeline.core.search.profiles import is_commitment_question, read_profile
 from brb_pipeline.settings import Settings
 
 
@@ -38,7 +39,7 @@ def fusion_of(s: Settings) -> Fusion:
                   rrf_k=s.rrf_k)
 
 
-def _require_store(s: Settings) -> None:
+def require_store(s: Settings) -> None:
     if not s.brb_db.exists() or not s.duckdb_path.exists():
         raise StoreError(f"no search store in {s.home}: run `brb ingest` (or `brb demo`) first")
 
@@ -59,7 +60,7 @@ class _Store:
 
     @classmethod
     def open(cls, s: Settings) -> _Store:
-        _require_store(s)
+        require_store(s)
         refs = contact_refs(s)
         con = duck.connect(s.duckdb_path, read_only=True)
         try:
@@ -93,7 +94,7 @@ class Searcher:
         the model loads here (MLX streams belong to the thread that made them): loading the
         vss/fts extensions and loading the weights both release the GIL, so a one-shot search
         pays about the slower of the two instead of their sum."""
-        _require_store(s)
+        require_store(s)
         if mode == "lexical":
             return cls(s, embedder=None)
         if load is None:
@@ -175,23 +176,48 @@ class Searcher:
         res = search(self.con, query_text=text, query_vec=vec, mode=mode, k=k, fusion=fusion or fusion_of(s),
                      contact_ids=contact_ids or None, channel=channel, since=since, until=until,
                      ef_search=s.hnsw_ef_search, merge=merge, diversity=diversity,
-                     min_similarity=s.search_min_similarity or None, region=s.default_region)
+                     min_similarity=s.search_min_similarity or None, region=s.default_region, topics=True)
         res.timings_ms["embed"] = embed_ms  # the query embedding, apart from search's own total
-        hits = [self._hit(h, context) for h in res.hits]
+        hits = [self._topic_hit(h) if h.kind == "topic" else self._hit(h, context) for h in res.hits]
+        profile = self._commitments(contact_ids[0]) if contact_ids and is_commitment_question(query) else None
         latency_ms = round((time.perf_counter() - t0) * 1000, 2)
         if log:
             log_search(s.brb_db, query=query, mode=mode, model=self.stored_model, contact_ids=contact_ids,
-                       results=[(h["chunk_id"], h["scores"]["fused"]) for h in hits], latency_ms=latency_ms)
+                       results=[(h["chunk_id"], h["scores"]["fused"]) for h in hits if h["kind"] == "chunk"],
+                       latency_ms=latency_ms)
         return {"query": query, "mode": mode, "k": k, "routing": routing, "filters": {
             "contact_ids": contact_ids, "since": since.isoformat() if since else None,
             "until": until.isoformat() if until else None, "channel": channel},
             "model": self.stored_model, "vector_strategy": res.vector_strategy, "latency_ms": latency_ms,
             "timings_ms": res.timings_ms, "confident": res.confident, "top_similarity": res.top_similarity,
-            "specific": res.specific, "merged": res.merged, "hits": hits}
+            "specific": res.specific, "merged": res.merged, **({"profile": profile} if profile else {}),
+            "hits": hits}
+
+    def _commitments(self, contact_id: str) -> dict[str, Any] | None:
+        """The answer to "what did I promise NAME" from NAME's profile (None without one)."""
+        p = read_profile(self.con, contact_id)
+        if p is None:
+            return None
+        return {"contact_id": contact_id, "contact": self._names.get(contact_id, contact_id),
+                "relationship": p["relationship"], "commitments": p["commitments"]}
+
+    def _topic_hit(self, h: Any) -> dict[str, Any]:
+        """A topic summary hit, with the span of messages that opens its conversation."""
+        return {
+            "kind": "topic", "topic_id": h.topic_id, "contact_id": h.contact_id,
+            "contact": self._names.get(h.contact_id, h.contact_id), "chat_id": h.chat_id, "month": h.month,
+            "language": h.language, "label": h.label, "summary": h.summary,
+            "start": h.first_ts.isoformat() if h.first_ts else None,
+            "end": h.last_ts.isoformat() if h.last_ts else None,
+            "first_message_id": h.first_message_id, "last_message_id": h.last_message_id,
+            "scores": {"vector": h.vector_score, "vector_rank": h.vector_rank, "lexical": h.lexical_score,
+                       "lexical_rank": h.lexical_rank, "fused": h.score},
+            "text": "\n".join(p for p in (h.label, h.summary) if p),
+        }
 
     def _hit(self, h: Any, context: bool) -> dict[str, Any]:
         item = {
-            "chunk_id": h.chunk_id, "chunk_ids": h.chunk_ids or [h.chunk_id], "contact_id": h.contact_id, "contact": self._names.get(h.contact_id, h.contact_id),
+            "kind": "chunk", "chunk_id": h.chunk_id, "chunk_ids": h.chunk_ids or [h.chunk_id], "contact_id": h.contact_id, "contact": self._names.get(h.contact_id, h.contact_id),
             "chat_id": h.chat_id, "channel": h.channel,
             "start": h.start_ts.isoformat() if h.start_ts else None,
             "end": h.end_ts.isoformat() if h.end_ts else None,

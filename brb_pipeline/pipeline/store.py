@@ -27,6 +27,7 @@ from brb_pipeline.core.store import duck
 from brb_pipeline.core.errors import StoreError
 from brb_pipeline.core.progress import Progress
 from brb_pipeline.core.store.index import build_fts, build_hnsw, index_status
+from brb_pipeline.core.store.topic_index import index_topics, topic_index_due
 from brb_pipeline.core.store.chunks import LoadMemoryError, load_partitions, store_stats
 from brb_pipeline.pipeline import paths
 from brb_pipeline.pipeline.embed import drop_retired
@@ -240,13 +241,13 @@ _INDEX_NAMES = {"hnsw": "HNSW", "fts": "BM25"}
 
 
 def _index_progress(s: Settings, kind: str, build: Callable[[Any], Any], force: bool,
-                    progress: Progress | None) -> dict[str, Any]:
+                    progress: Progress | None, topics: Callable[[Any], dict] | None = None) -> dict[str, Any]:
     """:func:`_index_stage` with its part of the saving stage: the two index stages run in either
     order, so saving is done once no unpublished copy is left."""
     name = _INDEX_NAMES[kind]
     if progress:
         progress.update("saving", 45, f"building {name} index")
-    meta = _index_stage(s, kind, build, force)
+    meta = _index_stage(s, kind, build, force, topics)
     if progress:
         if paths.store_next(s).exists():
             progress.update("saving", 70, f"{name} built, waiting for the other index")
@@ -255,8 +256,10 @@ def _index_progress(s: Settings, kind: str, build: Callable[[Any], Any], force: 
     return meta
 
 
-def _index_stage(s: Settings, kind: str, build: Callable[[Any], Any], force: bool = False) -> dict[str, Any]:
-    """Build one index in the staging copy of the store, then publish the copy if both are built.
+def _index_stage(s: Settings, kind: str, build: Callable[[Any], Any], force: bool = False,
+                 topics: Callable[[Any], dict] | None = None) -> dict[str, Any]:
+    """Build one index in the staging copy of the store (and ``topics``: the topic indexes),
+    then publish the copy if both chunk indexes are built.
 
     With no copy (no load since the last publish), the store's own index is checked: a present
     index that covers every stored row is kept; a missing or stale one (a store from before this
@@ -271,10 +274,11 @@ def _index_stage(s: Settings, kind: str, build: Callable[[Any], Any], force: boo
         con = duck.connect(s.duckdb_path, read_only=True)
         try:
             status = index_status(con)
+            topics_due = topics is not None and topic_index_due(con)
         finally:
             con.close()
         info = status.get(kind, {})
-        if info.get("present") and not info.get("stale") and not force:
+        if info.get("present") and not info.get("stale") and not force and not topics_due:
             return {"rebuilt": False, "reason": "store unchanged since the last build", "published": False,
                     "rows": int(info.get("rows") or 0), "seconds": round(time.perf_counter() - t0, 3)}
         if status["store_rows"] == 0:
@@ -288,6 +292,7 @@ def _index_stage(s: Settings, kind: str, build: Callable[[Any], Any], force: boo
         report = None
         if status["store_rows"] and (force or not info.get("present") or info.get("stale")):
             report = build(con)
+        topic_meta = topics(con) if topics is not None and status["store_rows"] else {}
     finally:
         con.close()
     if report is not None:
@@ -298,6 +303,7 @@ def _index_stage(s: Settings, kind: str, build: Callable[[Any], Any], force: boo
                             "published": published is not None, "embedding_model": str(status.get("embedding_model"))}
     if report is not None:
         meta.update({f"param_{k}": v for k, v in report.params.items() if isinstance(v, (int, float, str))})
+    meta.update(topic_meta)
     return meta
 
 
@@ -305,9 +311,26 @@ def _hnsw(s: Settings) -> Callable[[Any], Any]:
     return lambda con: build_hnsw(con, m=s.hnsw_m, ef_construction=s.hnsw_ef_construction)
 
 
-def run_vector_index(s: Settings, force: bool = False, progress: Progress | None = None) -> dict[str, Any]:
-    """HNSW (cosine) over the chunk embeddings, built after every load (or when forced)."""
-    return _index_progress(s, "hnsw", _hnsw(s), force, progress)
+def _topics(s: Settings, embedder: Callable[[Settings], Any] | None, force: bool = False) -> Callable[[Any], dict]:
+    """The topic summaries' vectors and indexes (:mod:`brb_pipeline.core.store.topic_index`);
+    the embedder is loaded only when a topic needs a vector."""
+    def load() -> Any:
+        if embedder is not None:
+            return embedder(s)
+        from brb_pipeline.core.embedding.models import load_embedder
+
+        return load_embedder(s)
+
+    return lambda con: index_topics(con, load, force=force, m=s.hnsw_m, ef_construction=s.hnsw_ef_construction,
+                                    region=s.default_region)
+
+
+def run_vector_index(s: Settings, force: bool = False, progress: Progress | None = None,
+                     embedder: Callable[[Settings], Any] | None = None) -> dict[str, Any]:
+    """HNSW (cosine) over the chunk embeddings, built after every load (or when forced), and
+    the topic summaries' vectors, HNSW and BM25 (``embedder``: gives the store's model, default
+    the process's one for ``s``)."""
+    return _index_progress(s, "hnsw", _hnsw(s), force, progress, _topics(s, embedder, force))
 
 
 def run_text_index(s: Settings, force: bool = False, progress: Progress | None = None) -> dict[str, Any]:
@@ -326,8 +349,9 @@ def run_reindex(s: Settings) -> dict[str, Any]:
     con = duck.connect(nxt)
     try:
         reports = [_hnsw(s)(con), build_fts(con)] if index_status(con)["store_rows"] else []
+        topic_meta = _topics(s, None, force=True)(con) if reports else {}
     finally:
         con.close()
     published = publish(s)
-    return {"published": published is not None,
+    return {"published": published is not None, **topic_meta,
             **{r.index: {"rows": r.rows, "seconds": round(r.seconds, 3)} for r in reports}}

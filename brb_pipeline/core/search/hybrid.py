@@ -22,7 +22,8 @@ import numpy as np
 from brb_pipeline.core.errors import StoreError
 from brb_pipeline.core.search.fusion import (Fusion, Span, fuse, is_specific, merge_lines, merge_overlapping, mmr_order,
                                       specific_terms)
-from brb_pipeline.core.search.sql import filters, lexical_sql, store_state, term_stats_sql, vector_sql
+from brb_pipeline.core.search.sql import filters, lexical_sql, store_state, term_stats_sql, topic_filters, vector_sql
+from brb_pipeline.core.search.topics import TopicHit, interleave, joint, split, topic_candidates, topic_hits
 from brb_pipeline.core.store.index import REBUILD_HINT, fts_query_text
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,7 @@ class Hit:
     lexical_score: float | None = None  # BM25
     score: float = 0.0  # fused score (or the single list's score in one-list modes)
     chunk_ids: list[str] = field(default_factory=list)  # every chunk merged into this hit, best first
+    kind: str = "chunk"  # beside :class:`.topics.TopicHit`'s "topic"
 
 
 @dataclass
@@ -61,7 +63,7 @@ class SearchResult:
 
     query: str
     mode: str
-    hits: list[Hit] = field(default_factory=list)
+    hits: list[Hit | TopicHit] = field(default_factory=list)  # topic hits only with ``topics=True``
     vector_strategy: str | None = None  # "hnsw" | "exact" | None
     vector_candidates: int = 0
     lexical_candidates: int = 0
@@ -127,8 +129,9 @@ def search(
     min_similarity: float | None = None,
     parallel: bool = True,
     region: str = "US",
+    topics: bool = False,
 ) -> SearchResult:
-    """Search the chunk store.
+    """Search the chunk store (and with ``topics`` the topic summaries, see :mod:`.topics`).
 
     Args:
         query_text: text for BM25 (the routed rest of the query).
@@ -149,6 +152,7 @@ def search(
         parallel: in hybrid mode, run the BM25 query on a second connection in a worker thread.
         region: default region for phone numbers typed without a country code (the settings'
             ``default_region``, which the documents' phone tokens were made with).
+        topics: also rank topic summaries (:class:`.topics.TopicHit`; none under a channel filter).
 
     Raises:
         StoreError: no store, a missing or damaged index (the message names the rebuild
@@ -169,9 +173,13 @@ def search(
     result.vector_candidates, result.lexical_candidates = len(vec_rows), len(lex_rows)
     if term_stats is not None:
         result.specific = is_specific(query_text, term_stats[0], term_stats[1], fusion.rare_df_share)
-    fused, result.timings_ms["fuse"] = _timed(_fuse, mode, vec_rows, lex_rows, fusion, result.specific)
+    tv, tl = topic_candidates(con, q, topic_filters(contact_ids, channel, since, until)) if topics else ([], [])
+    fused, result.timings_ms["fuse"] = _timed(_fuse, mode, joint(vec_rows, tv), joint(lex_rows, tl), fusion,
+                                              result.specific)
+    fused, fused_topics = split(fused)
     (result.hits, result.merged), result.timings_ms["fetch"] = _timed(
         _passages, con, q, fused, k, merge, diversity, vec_rows, lex_rows)
+    result.hits = interleave(result.hits, topic_hits(con, fused_topics, tv, tl), k)
     if q.use_vec and vec_rows:
         result.top_similarity = float(vec_rows[0][1])
     if min_similarity is not None and q.use_vec:

@@ -73,8 +73,12 @@ def lexical_sql(where: str = "TRUE") -> str:
     and joined to ``chunks`` only for the scored documents: the macro instead evaluates a
     correlated lookup for every row of ``chunks``, which is slower on a large store.
     """
-    s = FTS_SCHEMA
     join = f" JOIN chunks ON chunks.chunk_id = docs.name WHERE {where}" if where != "TRUE" else ""
+    return _bm25_sql(FTS_SCHEMA, join)
+
+
+def _bm25_sql(s: str, join: str) -> str:
+    """:func:`lexical_sql` over the FTS schema ``s``, ``join`` adding the filters."""
     return (
         f"WITH qtok AS (SELECT DISTINCT stem(unnest({s}.tokenize(?)), '{FTS_PARAMS['stemmer']}') AS t), "
         f"qt AS (SELECT d.termid, d.df FROM {s}.dict d JOIN qtok ON d.term = qtok.t), "
@@ -87,6 +91,38 @@ def lexical_sql(where: str = "TRUE") -> str:
         f"SELECT docs.name AS chunk_id, sc.score FROM sc JOIN {s}.docs docs ON docs.docid = sc.docid{join} "
         "ORDER BY sc.score DESC, docs.name LIMIT ?"
     )
+
+
+def topic_filters(contact_ids: Sequence[str] | None, channel: str | None, since: datetime | None,
+                  until: datetime | None) -> tuple[str, list] | None:
+    """:func:`filters` for ``topics`` rows (alias ``t``): a topic overlapping ``[since, until)``
+    by its first and last message. None with a channel filter: a topic spans channels."""
+    if channel is not None:
+        return None
+    clauses: list[str] = []
+    params: list = []
+    for clause, value in (("list_contains(?::VARCHAR[], t.contact_id)", contact_ids),
+                          ("t.last_ts >= ?", since), ("t.first_ts < ?", until)):
+        if value is not None:
+            clauses.append(clause)
+            params.append(list(value) if clause.startswith("list") else _utc(value))
+    return (" AND ".join(clauses) or "TRUE"), params
+
+
+def topic_vector_sql(dim: int, where: str = "TRUE") -> str:
+    """:func:`vector_sql` over ``topic_vectors``: its HNSW index unfiltered, an exact scan joined
+    to ``topics`` otherwise. Parameters: the query vector, the filter parameters, the limit."""
+    dist = f"array_cosine_distance(v.embedding, ?::FLOAT[{int(dim)}])"
+    if where == "TRUE":
+        return f"SELECT v.topic_id, {dist} AS d FROM topic_vectors v ORDER BY d LIMIT ?"
+    return (f"SELECT v.topic_id, {dist} AS d FROM topic_vectors v JOIN topics t ON t.topic_id = v.topic_id "
+            f"WHERE {where} ORDER BY d, v.topic_id LIMIT ?")
+
+
+def topic_lexical_sql(schema: str, where: str = "TRUE") -> str:
+    """:func:`lexical_sql` over the topic summaries' BM25 index ``schema``."""
+    join = f" JOIN topics t ON t.topic_id = docs.name WHERE {where}" if where != "TRUE" else ""
+    return _bm25_sql(schema, join)
 
 
 def store_state(con: duckdb.DuckDBPyConnection) -> tuple[bool, bool, bool, int | None, str]:
