@@ -238,3 +238,24 @@ def test_demo_ingest_with_a_tiny_model_then_nothing_changed(demo):
     again = run_ingest(s, embedder=HashEmbedder(), analyze=False, generator=gen)
     assert gen.calls == calls and again["memory"]["topics_written"] == 0
     assert again["store_changed"] is False
+    # forget one person: their profile leaves the store and every staged memory file
+    from brb_pipeline.pipeline import paths
+    from brb_pipeline.pipeline.privacy import forget_contacts
+
+    gone = sorted(c for c in profiled if c.startswith("c:"))[0]
+    forget_contacts(s, [gone])
+    con = duck.connect(s.duckdb_path, read_only=True)
+    try:
+        assert con.execute("SELECT count(*) FROM profiles WHERE contact_id = ?", [gone]).fetchone()[0] == 0
+        assert con.execute("SELECT count(*) FROM topics WHERE contact_id = ?", [gone]).fetchone()[0] == 0
+        left = {c for (c,) in con.execute("SELECT contact_id FROM profiles").fetchall()}
+        # the others keep theirs (the unknown bucket and groups that held their lines go with them,
+        # as their chunks do, until the next ingestion re-derives them without the person)
+        assert left and left <= profiled - {gone}
+        assert {c for c in profiled if c.startswith("c:")} - {gone} <= left
+    finally:
+        con.close()
+    for files in paths.staged_batch_files(s).values():
+        for f in files:
+            if f.parent.name in ("topics", "profiles"):
+                assert gone not in pl.read_parquet(f)["contact_id"].to_list(), f

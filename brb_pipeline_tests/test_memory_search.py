@@ -249,3 +249,33 @@ def test_profile_command_errors_are_one_line(tmp_path):
     empty.mkdir()
     r = cli("profile", "Diego", home=empty)
     assert r.stderr == f"brb: error: no search store in {empty}: run `brb ingest` (or `brb demo`) first\n"
+
+
+def test_forget_compaction_drops_the_persons_memory_and_keeps_the_rest(tmp_path):
+    """compact_without (what `brb forget` runs on the store) leaves no topic, profile or topic
+    vector of the forgotten contact in the new file, keeps the others searchable, and the old
+    summary text is gone from the file's bytes (the scan finds it before, so it can fail)."""
+    from brb_pipeline.core.store.compact import compact_without
+
+    path = tmp_path / "brb.duckdb"
+    con = _topic_store(path)
+    con.execute(PROFILES_DDL)
+    con.execute("INSERT INTO profiles VALUES ('diego', 'friend', 'warm', ['holidays'], "
+                "'[{\"text\": \"sign the lease\", \"date\": null}]', 2, 'tiny@1', 1)")
+    con.execute("INSERT INTO profiles VALUES ('maya', 'friend', 'warm', ['music'], '[]', 1, 'tiny@1', 1)")
+    con.execute("CHECKPOINT")
+    con.close()
+    phrase = b"diving holiday in Zanzibar"
+    assert phrase in path.read_bytes()
+    compact_without(path, ["diego"])
+    assert phrase not in path.read_bytes()
+    con = duck.connect(path, read_only=True)
+    try:
+        assert con.execute("SELECT contact_id FROM topics").fetchall() == [("maya",)]
+        assert con.execute("SELECT contact_id FROM profiles").fetchall() == [("maya",)]
+        assert con.execute(f"SELECT topic_id FROM {TOPIC_VECTORS}").fetchall() == [("t-concert",)]
+        assert not topic_index_due(con)  # the kept vectors and both topic indexes are current
+        hits = _search(con, "jazz concert tickets", mode="lexical")
+        assert [h.topic_id for h in hits.hits if h.kind == "topic"] == ["t-concert"]
+    finally:
+        con.close()

@@ -85,6 +85,8 @@ def forget_contacts(s: Settings, contact_ids: list[str]) -> dict[str, Any]:
     for b in sorted(set(batches) | set(paths.staged_batch_files(s))):
         _filter_parquet(paths.chunks(s, b), ~pl.col("contact_id").is_in(doomed))
         removed_chunk_ids |= _filter_partition(paths.partition(s, b), doomed)
+        for memory_file in (paths.topics(s, b), paths.profiles(s, b)):  # the distilled memory
+            _filter_partition(memory_file, doomed)
     report["staging_chunks"] = len(removed_chunk_ids)
     # retired vectors (a cache until the next load) hold chunk text of any batch: drop them all
     report["retired_removed"] = drop_retired(s)
@@ -231,11 +233,14 @@ def _unlink(p: Path) -> int:
 
 
 def _filter_partition(path: Path, contact_ids: list[str]) -> set[str]:
+    """Drop the rows of ``contact_ids`` from a staged partition (chunks, topics or profiles), keeping
+    its schema metadata (the key it was made from); returns the ids of the rows removed."""
     if not path.exists():
         return set()
     table = pq.read_table(path)
-    df = pl.from_arrow(table.select(["chunk_id", "contact_id"]))
-    gone = set(df.filter(pl.col("contact_id").is_in(contact_ids))["chunk_id"].to_list())
+    key = "chunk_id" if "chunk_id" in table.column_names else table.column_names[0]
+    df = pl.from_arrow(table.select(list(dict.fromkeys([key, "contact_id"]))))
+    gone = set(df.filter(pl.col("contact_id").is_in(contact_ids))[key].to_list())
     if gone:
         import pyarrow as pa
         import pyarrow.compute as pc

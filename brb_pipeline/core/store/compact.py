@@ -18,6 +18,8 @@ from brb_pipeline.core.store import duck
 from brb_pipeline.core.store import index as index_mod
 from brb_pipeline.core.store.duck import META_DDL, get_meta, table_exists
 from brb_pipeline.core.store.chunks import stored_facts
+from brb_pipeline.core.memory.tables import PROFILES_DDL, TOPICS_DDL
+from brb_pipeline.core.store import topic_index
 from brb_pipeline.core.store.schema import table_ddl
 
 log = logging.getLogger(__name__)
@@ -82,6 +84,7 @@ def compact_without(path: Path, contact_ids: Iterable[str]) -> int:
         if table_exists_in(con, duck.CATALOG, "meta"):
             # index facts are written again by the rebuilds below
             con.execute(f"INSERT INTO meta SELECT * FROM {duck.CATALOG}.main.meta WHERE key NOT IN ('hnsw', 'fts')")
+        topics_kept = _copy_memory(con, doomed, dim)
         con.execute("CHECKPOINT")
         con.execute(f"USE {duck.CATALOG}")
         con.execute(f"DETACH {_NEW}")
@@ -99,6 +102,8 @@ def compact_without(path: Path, contact_ids: Iterable[str]) -> int:
                                      metric=hnsw.get("metric", "cosine"))
             if kept and had_fts:
                 index_mod.build_fts(con)
+            if topics_kept:
+                topic_index.rebuild_kept(con, m=hnsw.get("m", 16), ef_construction=hnsw.get("ef_construction", 128))
             con.execute("CHECKPOINT")
         finally:
             con.close()
@@ -109,6 +114,23 @@ def compact_without(path: Path, contact_ids: Iterable[str]) -> int:
     _remove([*_sidecars(path), *_sidecars(new)])
     log.info("Saving - store rewritten without %d chunks (%d kept)", before - kept, kept)
     return before - kept
+
+
+def _copy_memory(con, doomed: list[str], dim: int) -> int:
+    """Copy the distilled memory without the doomed contacts: their topics, their profile and the
+    topics' vectors stay behind in the old file. Returns the topic vectors kept."""
+    for table, ddl in (("topics", TOPICS_DDL), ("profiles", PROFILES_DDL)):
+        if table_exists_in(con, duck.CATALOG, table):
+            con.execute(ddl)
+            con.execute(f"INSERT INTO {table} SELECT * FROM {duck.CATALOG}.main.{table} "
+                        "WHERE contact_id IS NULL OR contact_id NOT IN (SELECT unnest(?::VARCHAR[]))", [doomed])
+    vectors = topic_index.TOPIC_VECTORS
+    if not (table_exists_in(con, duck.CATALOG, vectors) and table_exists_in(con, _NEW, "topics")):
+        return 0
+    con.execute(topic_index.vectors_ddl(dim))
+    con.execute(f"INSERT INTO {vectors} SELECT * FROM {duck.CATALOG}.main.{vectors} "
+                "WHERE topic_id IN (SELECT topic_id FROM topics)")
+    return int(con.execute(f"SELECT count(*) FROM {vectors}").fetchone()[0])
 
 
 def table_exists_in(con, catalog: str, name: str) -> bool:

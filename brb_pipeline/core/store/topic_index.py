@@ -89,6 +89,11 @@ def drop_topic_index(con: duckdb.DuckDBPyConnection) -> None:
         set_meta(con, TOPIC_META, None)
 
 
+def vectors_ddl(dim: int) -> str:
+    return (f"CREATE TABLE {TOPIC_VECTORS} (topic_id VARCHAR PRIMARY KEY, text VARCHAR, "
+            f"lexical_extra VARCHAR, embedding FLOAT[{int(dim)}] NOT NULL)")
+
+
 def index_topics(con: duckdb.DuckDBPyConnection, embedder: Callable[[], Any], *, force: bool = False,
                  m: int = 16, ef_construction: int = 128, region: str = "US") -> dict[str, Any]:
     """Bring ``topic_vectors`` and its two indexes up to date with ``topics``.
@@ -129,8 +134,7 @@ def index_topics(con: duckdb.DuckDBPyConnection, embedder: Callable[[], Any], *,
     con.execute(f"DROP SCHEMA IF EXISTS {TOPIC_FTS_SCHEMA} CASCADE")
     if not have:
         con.execute(f"DROP TABLE IF EXISTS {TOPIC_VECTORS}")
-        con.execute(f"CREATE TABLE {TOPIC_VECTORS} (topic_id VARCHAR PRIMARY KEY, text VARCHAR, "
-                    f"lexical_extra VARCHAR, embedding FLOAT[{int(dim)}] NOT NULL)")
+        con.execute(vectors_ddl(int(dim)))
     elif gone:
         con.execute(f"DELETE FROM {TOPIC_VECTORS} WHERE list_contains(?::VARCHAR[], topic_id)", [gone])
     for i in range(0, len(todo), _EMBED_BATCH):
@@ -174,3 +178,12 @@ def _build(con: duckdb.DuckDBPyConnection, m: int, ef_construction: int) -> None
         f"stemmer = '{p['stemmer']}', stopwords = '{p['stopwords']}', ignore = '{ignore}', "
         f"strip_accents = {p['strip_accents']}, lower = {p['lower']}, overwrite = 1)"
     )
+
+
+def rebuild_kept(con: duckdb.DuckDBPyConnection, *, m: int = 16, ef_construction: int = 128) -> None:
+    """Rebuild both topic indexes over the vectors a compaction kept (no embedding needed), and
+    record their row count so the next index stage sees them as current."""
+    _build(con, m, ef_construction)
+    rows = int(con.execute(f"SELECT count(*) FROM {TOPIC_VECTORS}").fetchone()[0])
+    facts = dict(get_meta(con, TOPIC_META) or {})
+    set_meta(con, TOPIC_META, {**facts, "rows": rows})
