@@ -165,7 +165,7 @@ def test_status_text_on_empty_and_full_home(tmp_path, ingested_home):
     assert r.exit_code == 0 and r.stderr == ""
     assert r.stdout == (
         f"home            {tmp_path / 'empty'}\nmessages        0\ncontacts        0 (0 named)\nchunks          0\n"
-        "embedding model None\nclusters        0\nchannels        imessage on, whatsapp off\n"
+        "embedding model None\nclusters        0\nchannels        imessage on, whatsapp off, mail off\n"
         "last ingestion  never\nindexes         none\n"
         "memory          skipped: no local model configured: set BRB_LLM_MODEL_PATH\n"
     )
