@@ -36,7 +36,7 @@ from urllib.parse import unquote, urlparse
 
 import polars as pl
 
-from brb_pipeline.core.errors import CancelledError, SourceMissingError
+from brb_pipeline.core.errors import SourceMissingError
 from brb_pipeline.core.records import CHAT_SCHEMA, MESSAGE_SCHEMA, REACTION, ReadResult, read_all
 from brb_pipeline.core.records.handles import normalize_handle
 from brb_pipeline.sources.mail_body import Body, is_noreply, read_emlx
@@ -246,33 +246,15 @@ class MailStream(BlockReader):
         Raises:
             CancelledError, DatabaseLockedError (and the other source errors) between blocks.
         """
-        if self._conn is None:
-            raise RuntimeError("MailStream.blocks() outside its with-block")
         sql = f"""
             SELECT m.ROWID, m.global_message_id, {THREAD_SQL}, a.address, s.subject, m.subject_prefix,
                    coalesce(m.date_sent, m.date_received), m.mailbox, {self._flags_sql},
                    (SELECT count(*) FROM attachments t WHERE t.message = m.ROWID)
             FROM messages m LEFT JOIN addresses a ON a.ROWID = m.sender LEFT JOIN subjects s ON s.ROWID = m.subject
             WHERE {_KEPT} ORDER BY m.ROWID"""
-        done = 0
-        try:
-            cur = self._conn.execute(sql)
-            if self.progress is not None:
-                self.progress(0, self.total)
-            while True:
-                if self.cancel is not None and self.cancel():
-                    raise CancelledError(f"Mail - read cancelled after {done:,} of {self.total:,} messages")
-                rows = cur.fetchmany(self.chunk_rows)
-                if not rows:
-                    break
-                done += len(rows)
-                block = _frame([r for row in rows if (r := self._message(row)) is not None])
-                if self.progress is not None:
-                    self.progress(done, self.total)
-                yield block
-        except sqlite3.Error as e:
-            raise translate_sqlite_error(e, WHAT, self.path) from None
-        self._done = True
+        return self._fetch_blocks(
+            sql, WHAT, "Mail - read cancelled after {done:,} of {total:,} messages",
+            lambda rows: _frame([r for row in rows if (r := self._message(row)) is not None]))
 
     def _message(self, row: tuple) -> tuple | None:
         """One index row -> a MESSAGE_SCHEMA tuple, or None when it is skipped (counted)."""

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Mapping, Set
+from collections.abc import Callable, Iterator, Mapping, Set
 from pathlib import Path
 from types import TracebackType
 
 import polars as pl
 
 from brb_pipeline.core.errors import (
+    CancelledError,
     DatabaseLockedError,
     NotADatabaseError,
     SourceMissingError,
@@ -146,6 +147,35 @@ class BlockReader:
     def _summary(self) -> tuple[pl.DataFrame, list[str]]:
         """(chats, warnings) once every block was read; logs the reader's summary."""
         raise NotImplementedError
+
+    def _fetch_blocks(self, sql: str, what: str, cancelled: str,
+                      convert: Callable[[list[tuple]], pl.DataFrame]) -> Iterator[pl.DataFrame]:
+        """``convert(rows)`` for each ``chunk_rows`` rows of ``sql``: cancel polled before each fetch,
+        ``progress(done, self.total)`` after each block, SQLite errors as one-line source errors
+        naming ``what``; a cancel raises ``cancelled.format(done=..., total=...)``. :meth:`result` is
+        allowed once the last block was read."""
+        if self._conn is None:
+            raise RuntimeError(f"{type(self).__name__}.blocks() outside its with-block")
+        total = getattr(self, "total", 0)
+        done = 0
+        try:
+            cur = self._conn.execute(sql)
+            if self.progress is not None:
+                self.progress(0, total)
+            while True:
+                if self.cancel is not None and self.cancel():
+                    raise CancelledError(cancelled.format(done=done, total=total))
+                rows = cur.fetchmany(self.chunk_rows)
+                if not rows:
+                    break
+                done += len(rows)
+                block = convert(rows)
+                if self.progress is not None:
+                    self.progress(done, total)
+                yield block
+        except sqlite3.Error as e:
+            raise translate_sqlite_error(e, what, self.path) from None
+        self._done = True
 
 
 def stat_warnings(stats: Mapping[str, int], templates: Mapping[str, str]) -> list[str]:

@@ -30,7 +30,6 @@ from typing import Any
 
 import polars as pl
 
-from brb_pipeline.core.errors import CancelledError
 from brb_pipeline.core.records.handles import normalize_handle
 from brb_pipeline.core.records import CHAT_SCHEMA, MESSAGE_SCHEMA, ORPHAN_CHAT_ID, REACTION, ReadResult, read_all
 from brb_pipeline.sources.sqlite_ro import BlockReader, open_readonly, stat_warnings, translate_sqlite_error
@@ -170,29 +169,9 @@ class WhatsAppStream(BlockReader):
         Raises:
             CancelledError, DatabaseLockedError (and the other source errors) between chunks.
         """
-        if self._conn is None:
-            raise RuntimeError("WhatsAppStream.blocks() outside its with-block")
-        done = 0
-        try:
-            cur = self._conn.execute(_MESSAGES_SQL)
-            if self.progress is not None:
-                self.progress(0, self.total)
-            while True:
-                if self.cancel is not None and self.cancel():
-                    raise CancelledError(f"WhatsApp - read cancelled after {done:,} of {self.total:,} rows")
-                rows = cur.fetchmany(self.chunk_rows)
-                if not rows:
-                    break
-                raw = _frame(rows)
-                done += len(rows)
-                del rows
-                block = _normalize(raw, self.info, self)
-                if self.progress is not None:
-                    self.progress(done, self.total)
-                yield block
-        except sqlite3.Error as e:
-            raise translate_sqlite_error(e, WHAT, self.path) from None
-        self._done = True
+        return self._fetch_blocks(
+            _MESSAGES_SQL, WHAT, "WhatsApp - read cancelled after {done:,} of {total:,} rows",
+            lambda rows: _normalize(_frame(rows), self.info, self))
 
     def _summary(self) -> tuple[pl.DataFrame, list[str]]:
         """Chats and warnings (logged)."""
