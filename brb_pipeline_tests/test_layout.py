@@ -69,7 +69,7 @@ def test_core_is_grouped_by_stage():
     shared = {"__init__", "checks", "chunking", "errors", "faults", "metadata", "progress"}
     loose = {p.stem for p in (PKG / "core").glob("*.py")} - shared
     assert loose == set()
-    for pkg in ("contacts", "embedding", "store", "search", "insights", "records"):
+    for pkg in ("contacts", "embedding", "store", "search", "insights", "records", "memory"):
         doc = ast.get_docstring(ast.parse((PKG / "core" / pkg / "__init__.py").read_text()))
         assert doc and len(doc) > 40, pkg
 

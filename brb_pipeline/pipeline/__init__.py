@@ -12,6 +12,9 @@ the ``run_*`` functions, one module per group of the six progress stages:
 - ``saving``: :mod:`.store` (``run_load``, ``run_vector_index``, ``run_text_index``);
 - ``analyzing``: :mod:`.insights` (``run_projection``, ``run_clusters``, ``run_labels``, ``run_map``).
 
+:mod:`.memory` (``run_topics``, ``run_profiles``) distils each batch with a local model when one is
+configured, inside the per-batch loop, and reports no bar of its own.
+
 :mod:`.paths` says where every stage keeps its files; :mod:`.query`, :mod:`.privacy` and
 :mod:`.scrub` serve search and ``brb forget``.
 """
