@@ -55,6 +55,7 @@ from brb_pipeline.core.records import (
 from brb_pipeline.sources.imessage_rows import apple_date_to_us, parent_guid, reaction_frame, row_text
 from brb_pipeline.sources.sqlite_ro import (
     BlockReader,
+    closed_on_error,
     open_readonly,
     stat_warnings,
     table_columns,
@@ -182,14 +183,8 @@ class IMessageStream(BlockReader):
 
     def __enter__(self) -> "IMessageStream":
         self._conn = open_readonly(self.path, what=WHAT, required=REQUIRED, timeout_s=self.timeout_s)
-        try:
+        with closed_on_error(self._conn, WHAT, self.path):
             self._prepare(self._conn)
-        except sqlite3.Error as e:
-            self._conn.close()
-            raise translate_sqlite_error(e, WHAT, self.path) from None
-        except BaseException:
-            self._conn.close()
-            raise
         return self
 
     def _prepare(self, conn: sqlite3.Connection) -> None:

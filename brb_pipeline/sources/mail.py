@@ -42,6 +42,7 @@ from brb_pipeline.core.records.handles import normalize_handle
 from brb_pipeline.sources.mail_body import Body, is_noreply, read_emlx
 from brb_pipeline.sources.sqlite_ro import (
     BlockReader,
+    closed_on_error,
     open_readonly,
     stat_warnings,
     table_columns,
@@ -176,18 +177,12 @@ class MailStream(BlockReader):
         self._conn = open_readonly(self.path, what=WHAT, required=REQUIRED, timeout_s=self.timeout_s)
         conn = self._conn
         conn.text_factory = lambda b: b.decode("utf-8", "replace")
-        try:
+        with closed_on_error(conn, WHAT, self.path):
             have = table_columns(conn, "messages")
             flags = [f"coalesce(m.{c}, 0) > 0" for c in _OPTIONAL_FLAGS if c in have]
             self._flags_sql = "(" + " OR ".join(flags) + ")" if flags else "0"
             self._counts(conn)
             self.chats = self._threads(conn)
-        except sqlite3.Error as e:
-            conn.close()
-            raise translate_sqlite_error(e, WHAT, self.path) from None
-        except BaseException:
-            conn.close()
-            raise
         self.bodies = emlx_files(self.path.parent.parent)
         return self
 

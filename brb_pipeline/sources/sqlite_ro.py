@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Set
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 
@@ -93,6 +94,20 @@ def translate_sqlite_error(e: sqlite3.Error, what: str, path: Path) -> Exception
     if "no such column" in msg or "no such table" in msg:
         return UnknownSchemaError(f"{what} at {path}: {msg} (unsupported version?)")
     return NotADatabaseError(f"{what} at {path} could not be read ({msg})")
+
+
+@contextmanager
+def closed_on_error(conn: sqlite3.Connection, what: str, path: Path) -> Iterator[sqlite3.Connection]:
+    """Run the block on ``conn``; if it raises, close ``conn``, and turn SQLite errors into the
+    one-line source error naming ``what`` at ``path``."""
+    try:
+        yield conn
+    except sqlite3.Error as e:
+        conn.close()
+        raise translate_sqlite_error(e, what, path) from None
+    except BaseException:
+        conn.close()
+        raise
 
 
 class BlockReader:

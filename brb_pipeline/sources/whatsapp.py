@@ -22,7 +22,6 @@ same rows in blocks so a caller can write them out without holding them all.
 from __future__ import annotations
 
 import logging
-import sqlite3
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -32,7 +31,7 @@ import polars as pl
 
 from brb_pipeline.core.records.handles import normalize_handle
 from brb_pipeline.core.records import CHAT_SCHEMA, MESSAGE_SCHEMA, ORPHAN_CHAT_ID, REACTION, ReadResult, read_all
-from brb_pipeline.sources.sqlite_ro import BlockReader, open_readonly, stat_warnings, translate_sqlite_error
+from brb_pipeline.sources.sqlite_ro import BlockReader, closed_on_error, open_readonly, stat_warnings
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +142,7 @@ class WhatsAppStream(BlockReader):
         self._conn = open_readonly(self.path, what=WHAT, required=REQUIRED, timeout_s=self.timeout_s)
         conn = self._conn
         conn.text_factory = lambda b: b.decode("utf-8", "replace")
-        try:
+        with closed_on_error(conn, WHAT, self.path):
             sessions = conn.execute("SELECT Z_PK, ZCONTACTJID, ZSESSIONTYPE, ZPARTNERNAME FROM ZWACHATSESSION").fetchall()
             members = conn.execute(
                 "SELECT ZCHATSESSION, ZMEMBERJID FROM ZWAGROUPMEMBER WHERE ZCHATSESSION IS NOT NULL"
@@ -152,12 +151,6 @@ class WhatsAppStream(BlockReader):
             self.chats, self.info = _chats(sessions, members, self.region, self.stats)
             rows = conn.execute(_DUPLICATE_CANDIDATES_SQL, {"ws": _WHITESPACE})
             self.repeatable = {v for (raw,) in rows if (v := _str(raw)) is not None}
-        except sqlite3.Error as e:
-            conn.close()
-            raise translate_sqlite_error(e, WHAT, self.path) from None
-        except BaseException:
-            conn.close()
-            raise
         return self
 
     def blocks(self) -> Iterator[pl.DataFrame]:
