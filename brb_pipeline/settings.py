@@ -56,6 +56,9 @@ class Settings:
     mail_enabled: bool = False
     mail_dir: Path | None = field(default_factory=lambda: default_mail_dir(sys.platform))
     mail_exclude_lists: bool = True  # drop mailing-list and automated mail (List-*, noreply, bulk)
+    # Encryption at rest (pipeline.keys): fixed when a home is first ingested, then read from its
+    # encryption.json. False (`--no-encryption`) makes a plaintext home.
+    encryption: bool = True
     default_region: str = "US"  # for phone numbers typed without a country code
     # Contact batches (dynamic partitions).
     top_contacts: int = 50

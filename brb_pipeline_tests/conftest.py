@@ -32,3 +32,10 @@ def demo_archive_small(tmp_path_factory):
     from brb_pipeline.demo.generate import build_demo_archive
 
     return build_demo_archive(tmp_path_factory.mktemp("demo_small"), messages=600, seed=7, whatsapp=True)
+
+
+@pytest.fixture(autouse=True)
+def _plaintext_homes_unless_asked(monkeypatch):
+    """Homes made by tests are plaintext unless a test asks for encryption (``BRB_ENCRYPTION=1``):
+    most tests read the stores' files directly. test_encryption*.py cover encrypted homes."""
+    monkeypatch.setenv("BRB_ENCRYPTION", "0")

@@ -33,6 +33,10 @@ class StoreError(BrbError):
     """brb.db / brb.duckdb / an index is missing or damaged."""
 
 
+class EncryptionKeyError(StoreError):
+    """An encrypted home's key is missing, wrong, or cannot be read where it is kept."""
+
+
 class SettingsError(BrbError):
     """The home dir, its config.json or a setting's value cannot be used as given."""
 

@@ -18,3 +18,7 @@ configured, inside the per-batch loop, and reports no bar of its own.
 :mod:`.paths` says where every stage keeps its files; :mod:`.query`, :mod:`.privacy` and
 :mod:`.scrub` serve search and ``brb forget``.
 """
+
+from brb_pipeline.pipeline import keys as _keys
+
+_keys.install()  # the home's files open with the home's key (core.crypto asks pipeline.keys)

@@ -1,0 +1,174 @@
+"""Reading and writing the home's files, sealed when the home is encrypted.
+
+Which key (if any) a path takes is asked of the provider installed with
+:func:`set_key_provider` (``pipeline.keys`` installs one that reads the home's ``encryption.json``).
+Reads accept both forms: a sealed file is opened with the key, a plain one is read as it is (a
+plaintext home, or files made before the home was encrypted). Writes are atomic (a temp file
+renamed into place), so a killed process leaves the previous file or the new one, never half.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from brb_pipeline.core.crypto.sealed import MAGIC, is_sealed, seal, subkey, unseal
+from brb_pipeline.core.errors import EncryptionKeyError
+
+KeyProvider = Callable[[Path], "bytes | None"]
+_provider: KeyProvider | None = None
+
+
+def set_key_provider(provider: KeyProvider | None) -> None:
+    """Install the function that maps a path to its home's data key (None: plaintext)."""
+    global _provider
+    _provider = provider
+
+
+def file_key(path: Path) -> bytes | None:
+    """The data key of the encrypted home ``path`` lies in; None outside one.
+
+    Raises:
+        EncryptionKeyError: the home is encrypted and its key is missing or wrong.
+    """
+    return _provider(Path(path)) if _provider is not None else None
+
+
+def duckdb_key(path: Path) -> str | None:
+    """The ``ENCRYPTION_KEY`` DuckDB gets for a database file at ``path`` (None: plaintext)."""
+    key = file_key(path)
+    return subkey(key, "duckdb").hex() if key is not None else None
+
+
+def sealed(path: Path) -> bool:
+    """Whether the file at ``path`` is sealed (False for a missing or plain file)."""
+    try:
+        with open(path, "rb") as f:
+            return is_sealed(f.read(len(MAGIC)))
+    except OSError:
+        return False
+
+
+def _key_for_sealed(path: Path) -> bytes:
+    key = file_key(path)
+    if key is None:
+        raise EncryptionKeyError(f"{path} is encrypted, but its home has no encryption.json to say which key"
+                                 " opens it: restore that file (or the whole home) from where it came")
+    return key
+
+
+def read_bytes(path: Path) -> bytes:
+    """The plaintext content of ``path``."""
+    path = Path(path)
+    raw = path.read_bytes()
+    return unseal(_key_for_sealed(path), raw, what=str(path)) if is_sealed(raw) else raw
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically, sealed when its home is encrypted."""
+    path = Path(path)
+    key = file_key(path)
+    _atomic_write(path, seal(key, data) if key is not None else data)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    tmp.replace(path)
+
+
+def read_text(path: Path) -> str:
+    return read_bytes(path).decode("utf-8")
+
+
+def write_text(path: Path, text: str) -> None:
+    write_bytes(path, text.encode("utf-8"))
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(read_bytes(path))
+
+
+def write_json(path: Path, value: Any, **dump_kw: Any) -> None:
+    write_bytes(path, json.dumps(value, **dump_kw).encode("utf-8"))
+
+
+def _source(path: Path) -> Path | io.BytesIO:
+    """What a Parquet reader should open: the path itself, or the decrypted bytes."""
+    return io.BytesIO(read_bytes(path)) if sealed(path) else path
+
+
+def read_parquet(path: Path, columns: list[str] | None = None) -> Any:
+    """A polars frame of the Parquet file at ``path`` (sealed or not)."""
+    import polars as pl
+
+    return pl.read_parquet(_source(Path(path)), columns=columns)
+
+
+def scan_parquet(path: Path) -> Any:
+    """A polars lazy frame: a real scan of a plain file, the decrypted frame of a sealed one."""
+    import polars as pl
+
+    path = Path(path)
+    return pl.read_parquet(_source(path)).lazy() if sealed(path) else pl.scan_parquet(path)
+
+
+def read_arrow(path: Path, columns: list[str] | None = None) -> Any:
+    """A pyarrow table of the Parquet file at ``path`` (sealed or not)."""
+    import pyarrow.parquet as pq
+
+    return pq.read_table(_source(Path(path)), columns=columns)
+
+
+def read_parquet_schema(path: Path) -> Any:
+    """The Arrow schema (with its key-value metadata) of the Parquet file at ``path``."""
+    import pyarrow.parquet as pq
+
+    return pq.read_schema(_source(Path(path)))
+
+
+def write_parquet(frame: Any, path: Path, *, compression: str = "zstd", **kw: Any) -> None:
+    """Write a polars frame or an Arrow table to ``path`` atomically (sealed in an encrypted home)."""
+    path = Path(path)
+    table = frame if hasattr(frame, "schema") and hasattr(frame, "column_names") else frame.to_arrow()
+    with parquet_writer(path, table.schema, compression=compression, **kw) as write:
+        write(table)
+
+
+@contextmanager
+def parquet_writer(path: Path, schema: Any, **writer_kw: Any) -> Iterator[Callable[[Any], None]]:
+    """Write a Parquet file table by table (one or more row groups each) through a temp file.
+
+    In an encrypted home the file is built in memory and sealed when the block ends. On an error
+    nothing is written and an earlier file at ``path`` stays as it was.
+
+    Yields:
+        ``write(table)``: appends an Arrow table of ``schema``.
+    """
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    key = file_key(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    sink: Any = io.BytesIO() if key is not None else str(tmp)
+    writer = pq.ParquetWriter(sink, schema, **writer_kw)
+    try:
+        yield writer.write_table
+        writer.close()
+    except BaseException:
+        writer.close()
+        if key is None:
+            tmp.unlink(missing_ok=True)
+        raise
+    if key is not None:
+        _atomic_write(path, seal(key, sink.getvalue()))
+    else:
+        os.replace(tmp, path)

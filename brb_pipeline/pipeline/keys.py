@@ -1,0 +1,277 @@
+"""The home's data key: where it is kept, which files it opens, and how it is shredded.
+
+A home is encrypted or not from its first ingestion on, as its ``encryption.json`` says
+(:func:`prepare_home`); that file holds no secret, only the cipher and a check value that tells
+the right key from a wrong one. The 256-bit key itself is, in the order it is looked for:
+
+1. ``BRB_KEY`` in the environment (64 hex digits), for servers and CI;
+2. a key file, ``<key dir>/data-<home id>.key`` with 0600 permissions, where the key dir is
+   ``$BRB_KEY_DIR``, else ``$XDG_CONFIG_HOME/brb``, else ``~/.config/brb``: never inside the home,
+   so a copy of the home does not carry its key;
+3. the OS keychain (``keyring``: the macOS Keychain, the Secret Service on Linux desktops),
+   service ``brb-pipeline data key``.
+
+A new key goes to ``BRB_KEY``'s value when it is set, else the keychain when one works, else the
+key file. :func:`install` makes :mod:`brb_pipeline.core.crypto.files` ask this module for keys.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from brb_pipeline.core.crypto import files
+from brb_pipeline.core.crypto.sealed import KEY_BYTES, key_check
+from brb_pipeline.core.errors import EncryptionKeyError, SettingsError
+from brb_pipeline.pipeline.forgotten import _home_id, _keyring, key_dir
+from brb_pipeline.settings import Settings
+
+MARKER = "encryption.json"
+CIPHER = "AES-256-GCM"
+ENV_KEY = "BRB_KEY"
+KEYRING_SERVICE = "brb-pipeline data key"
+#: How far above a file its home's encryption.json is looked for (home/staging/chunks/x.parquet).
+_MAX_DEPTH = 5
+
+
+def marker_path(home: Path) -> Path:
+    return Path(home) / MARKER
+
+
+def read_marker(home: Path) -> dict[str, Any] | None:
+    """The home's ``encryption.json``, or None when it has none."""
+    p = marker_path(home)
+    try:
+        return json.loads(p.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise EncryptionKeyError(f"{p} cannot be read ({e}): restore it from a backup of the home") from None
+
+
+def _home_key_id(home: Path) -> str:
+    return _home_id(Settings(home=Path(home)))
+
+
+def key_file(home: Path) -> Path:
+    """This home's data key file (used where no keychain works, or when ``BRB_KEY_DIR`` is set)."""
+    return key_dir() / f"data-{_home_key_id(home)}.key"
+
+
+def _env_key() -> bytes | None:
+    v = os.environ.get(ENV_KEY, "").strip()
+    if not v:
+        return None
+    try:
+        key = bytes.fromhex(v)
+    except ValueError:
+        key = b""
+    if len(key) != KEY_BYTES:
+        raise EncryptionKeyError(f"{ENV_KEY} must be {KEY_BYTES * 2} hex digits (a 256-bit key); "
+                                 "make one with `python -c 'import os; print(os.urandom(32).hex())'`")
+    return key
+
+
+def _found_key(home: Path) -> tuple[bytes | None, str]:
+    """(the key, where it was found) or (None, "")."""
+    key = _env_key()
+    if key is not None:
+        return key, ENV_KEY
+    f = key_file(home)
+    if f.exists():
+        try:
+            return bytes.fromhex(f.read_text().strip()), f"key file {f}"
+        except (OSError, ValueError) as e:
+            raise EncryptionKeyError(f"the key file {f} cannot be read ({e})") from None
+    kr = _keyring()
+    if kr is not None:
+        try:
+            v = kr.get_password(KEYRING_SERVICE, _home_key_id(home))
+        except Exception:
+            v = None
+        if v:
+            return bytes.fromhex(v), f"OS keychain ({KEYRING_SERVICE!r})"
+    return None, ""
+
+
+def _looked_in(home: Path) -> str:
+    places = [f"${ENV_KEY}", f"the key file {key_file(home)}"]
+    if _keyring() is not None:
+        places.append(f"the OS keychain ({KEYRING_SERVICE!r})")
+    return ", ".join(places)
+
+
+def data_key(home: Path) -> bytes | None:
+    """The key of an encrypted home, checked against its ``encryption.json``; None for a plaintext home.
+
+    Raises:
+        EncryptionKeyError: encrypted, and the key is in none of its places, or is another key.
+    """
+    m = read_marker(home)
+    if not m or not m.get("encrypted"):
+        return None
+    key, where = _found_key(home)
+    if key is None:
+        raise EncryptionKeyError(f"the encryption key of {home} is missing (looked in {_looked_in(home)}): "
+                                 "restore it there, or run `brb delete-all` to start over")
+    if key_check(key) != m.get("key_check"):
+        raise EncryptionKeyError(f"the key in {where} is not the one {home} was encrypted with: restore the "
+                                 "right key, or run `brb delete-all` to start over")
+    return key
+
+
+def _store_new_key(home: Path, key: bytes) -> str:
+    """Keep a new key in the keychain (or the key file). Returns where it went."""
+    kr = _keyring()
+    if kr is not None:
+        try:
+            kr.set_password(KEYRING_SERVICE, _home_key_id(home), key.hex())
+            if kr.get_password(KEYRING_SERVICE, _home_key_id(home)) == key.hex():
+                return "keychain"
+        except Exception:
+            pass  # e.g. Linux without a Secret Service: the key file below
+    f = key_file(home)
+    f.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = f.with_name(f.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(key.hex())
+        out.flush()
+        os.fsync(out.fileno())
+    tmp.replace(f)
+    return "file"
+
+
+def _has_data(home: Path) -> bool:
+    return any((home / n).exists() for n in ("brb.db", "brb.duckdb", "staging", "snapshot"))
+
+
+def _write_marker(home: Path, marker: dict[str, Any]) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    tmp = marker_path(home).with_name(MARKER + ".tmp")
+    tmp.write_text(json.dumps(marker, indent=2) + "\n")
+    tmp.replace(marker_path(home))
+
+
+def prepare_home(s: Settings) -> dict[str, Any]:
+    """Fix the home's mode before the first file is written (every ingestion calls this first).
+
+    A home with an ``encryption.json`` keeps its mode, and its key must be found (a lost key
+    never starts a fresh store over the old one). A home with data but no ``encryption.json``
+    was made before encryption existed and stays plaintext. A new home is encrypted unless
+    ``s.encryption`` is False; its key is created here.
+
+    Raises:
+        EncryptionKeyError: the key of an encrypted home is missing or wrong; encrypted files
+            without their ``encryption.json``.
+        SettingsError: ``--no-encryption`` asked of a home that is encrypted.
+    """
+    home = Path(s.home)
+    m = read_marker(home)
+    if m is not None:
+        if m.get("encrypted"):
+            if not s.encryption and "encryption" in _explicit(s):
+                raise SettingsError(f"{home} is encrypted; --no-encryption applies to a new home only "
+                                    "(run `brb delete-all` first to start a plaintext one)")
+            data_key(home)
+        return m
+    if files.sealed(home / "brb.db") or files.sealed(home / "staging" / "messages.parquet"):
+        raise EncryptionKeyError(f"{home} holds encrypted files but its {MARKER} is gone: restore it "
+                                 "from a backup of the home, or run `brb delete-all` to start over")
+    if _has_data(home):
+        m = {"format": 1, "encrypted": False, "reason": "made before encryption at rest"}
+    elif not _wanted(s):
+        m = {"format": 1, "encrypted": False, "reason": "--no-encryption"}
+    else:
+        key = _env_key() or os.urandom(KEY_BYTES)
+        kept = ENV_KEY if os.environ.get(ENV_KEY) else _store_new_key(home, key)
+        m = {"format": 1, "encrypted": True, "cipher": CIPHER, "key_check": key_check(key),
+             "key_kept_in": kept, "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    _write_marker(home, m)
+    return m
+
+
+def _wanted(s: Settings) -> bool:
+    """Whether a new home should be encrypted: ``s.encryption``, unless ``BRB_ENCRYPTION`` says no
+    (Settings built in code, without ``Settings.load``, still honour the variable)."""
+    env = os.environ.get("BRB_ENCRYPTION", "").strip().lower()
+    return s.encryption and env not in ("0", "false", "no", "off")
+
+
+def _explicit(s: Settings) -> set[str]:
+    """Settings given on this run's command line or environment (not defaults)."""
+    return set(s.env_values) | set(getattr(s, "explicit", ()) or ())
+
+
+def describe(s: Settings) -> dict[str, Any]:
+    """What ``brb status`` shows: the mode, the cipher and where the key was found (never the key)."""
+    home = Path(s.home)
+    m = read_marker(home)
+    if m is None:
+        return {"encrypted": None, "note": "not ingested yet" if not _has_data(home) else "plaintext (no encryption.json)"}
+    if not m.get("encrypted"):
+        return {"encrypted": False, "note": f"plaintext: {m.get('reason', '')}".rstrip(": ")}
+    key, where = _found_key(home)
+    ok = key is not None and key_check(key) == m.get("key_check")
+    return {"encrypted": True, "cipher": m.get("cipher", CIPHER),
+            "key_source": where if key is not None else f"missing (looked in {_looked_in(home)})",
+            "key_ok": ok}
+
+
+def shred(s: Settings) -> bool:
+    """Destroy this home's data key (key file overwritten then removed, keychain entry deleted)
+    and its ``encryption.json``. Returns whether a key was found."""
+    home = Path(s.home)
+    found = False
+    f = key_file(home)
+    if f.exists():
+        size = f.stat().st_size
+        with f.open("r+b") as out:  # overwrite first: the file system may keep the old blocks
+            out.write(os.urandom(size))
+            out.flush()
+            os.fsync(out.fileno())
+        f.unlink()
+        found = True
+    kr = _keyring()
+    if kr is not None:
+        try:
+            if kr.get_password(KEYRING_SERVICE, _home_key_id(home)) is not None:
+                kr.delete_password(KEYRING_SERVICE, _home_key_id(home))
+                found = True
+        except Exception:
+            pass
+    marker_path(home).unlink(missing_ok=True)
+    _cache.clear()
+    return found
+
+
+_cache: dict[Path, tuple[float, bytes | None]] = {}
+
+
+def _provider(path: Path) -> bytes | None:
+    """core.crypto's key provider: the key of the encrypted home above ``path``, if any."""
+    d = path.parent if not path.is_dir() else path
+    for _ in range(_MAX_DEPTH):
+        mp = d / MARKER
+        try:
+            mtime = mp.stat().st_mtime
+        except OSError:
+            if d.parent == d:
+                return None
+            d = d.parent
+            continue
+        hit = _cache.get(d)
+        if hit is None or hit[0] != mtime:
+            hit = (mtime, data_key(d))
+            _cache[d] = hit
+        return hit[1]
+    return None
+
+
+def install() -> None:
+    """Make the home's files open with their key (called on import of ``brb_pipeline.pipeline``)."""
+    files.set_key_provider(_provider)
