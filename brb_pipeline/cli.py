@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from brb_pipeline.cli_keys import encryption_override, no_encryption_opt, rekey_command
 from brb_pipeline.cli_profile import profile_command
 from brb_pipeline.cli_output import MAIL_WARNING, WHATSAPP_WARNING, search_text, status_dict, status_lines
 from brb_pipeline.core.errors import BrbError, CancelledError
@@ -85,16 +86,18 @@ def _settings(home: Path | None, write: bool = False, **overrides: Any) -> Setti
               help="Stop at the next batch boundary when this file appears.")
 @click.option("--no-insights", is_flag=True, help="Skip the insights map.")
 @click.option("--reembed", is_flag=True, help="Embed every chunk again (e.g. after upgrading MLX).")
+@no_encryption_opt
 @home_opt
 def ingest(chat_db, addressbook, whatsapp, no_whatsapp, mail, no_mail, contacts, progress_mode, cancel_file,
-           no_insights, reembed, home):
+           no_insights, reembed, no_encryption, home):
     """Snapshot the sources and run every stage: parse, chunk, embed, store, index, map.
 
     On macOS, with no source given or saved, reads ~/Library/Messages/chat.db and
     ~/Library/Application Support/AddressBook."""
     from brb_pipeline import settings as settings_mod
 
-    overrides: dict[str, Any] = {"chat_db": chat_db, "addressbook_dir": addressbook}
+    overrides: dict[str, Any] = {"chat_db": chat_db, "addressbook_dir": addressbook,
+                                 **encryption_override(no_encryption, home, settings_mod.default_home)}
     if whatsapp:
         overrides.update(whatsapp_db=whatsapp, whatsapp_enabled=True)
     if no_whatsapp:
@@ -228,21 +231,22 @@ def _resolve_contacts(s: Settings, names: list[str]) -> list[str]:
 @click.option("--progress", "progress_mode", type=click.Choice(["bars", "jsonl", "none"]), default=None)
 @click.option("--home", type=click.Path(path_type=Path), default=None,
               help="Demo home dir (default: $BRB_DEMO_HOME or ~/.brb-demo, never $BRB_HOME).")
-def demo(messages, whatsapp, mail, progress_mode, home):
+@no_encryption_opt
+def demo(messages, whatsapp, mail, progress_mode, home, no_encryption):
     """Build the demo archive (real Apple schemas, real human chat corpus) and ingest it into its
     own home; a home holding a real ingestion is refused."""
     from brb_pipeline.core.errors import SettingsError
     from brb_pipeline.demo.generate import build_demo_archive
     from brb_pipeline.settings import default_demo_home
 
-    s = _settings(home or default_demo_home(), write=True)
+    s = _settings(home or default_demo_home(), write=True, **encryption_override(no_encryption, home, default_demo_home))
     held = s.real_ingestion()
     if held:
         raise SettingsError(f"{s.home} holds {held}; `brb demo` will not replace it: give it another --home")
     archive = build_demo_archive(s.demo_archive_dir, messages=messages or None, whatsapp=whatsapp, mail=mail)
     s = _settings(s.home, chat_db=archive.chat_db, addressbook_dir=archive.addressbook_dir,
                   whatsapp_db=archive.whatsapp_db if whatsapp else None, whatsapp_enabled=bool(whatsapp),
-                  mail_dir=archive.mail_dir, mail_enabled=bool(mail))
+                  mail_dir=archive.mail_dir, mail_enabled=bool(mail), encryption=s.encryption)
     _run_ingest(s, progress_mode, None, [])
     click.echo(json.dumps(status_dict(s), indent=2, default=str))
     click.echo(f"brb: the demo lives in {s.home}; try `brb search --home {s.home} \"horror movie marathon\"`",
@@ -439,6 +443,7 @@ def delete_all_cmd(yes, home):
 
 
 main.add_command(profile_command(home_opt, _settings))
+main.add_command(rekey_command(home_opt, _settings))
 
 
 if __name__ == "__main__":

@@ -32,10 +32,10 @@ def status_dict(s: Settings) -> dict[str, Any]:
         "home": str(s.home), "messages": 0, "contacts": 0, "named_contacts": 0, "chunks": 0,
         "embedding_model": None, "embedding_device": None, "last_ingestion": None, "last_success": None, "channels": s.channels(), "clusters": 0,
         "map": None, "indexes": None, "search_ready": False, "store_update_pending": False, "warnings": [],
-        "memory": _memory_status(s),
+        "memory": _memory_status(s), "encryption": _encryption_status(s),
     }
-    if not s.brb_db.exists():
-        return out
+    if not s.brb_db.exists() or out["encryption"].get("key_ok") is False:
+        return out  # an encrypted home without its key: say where the key was looked for, read nothing
     last_memory = metadata.last_run_stat(s.brb_db, "memory")
     if last_memory:
         out["memory"]["losses"] = json.loads(last_memory).get("losses")
@@ -100,6 +100,18 @@ def _store_status(s: Settings, out: dict[str, Any]) -> None:
         out["store_error"] = str(e)
 
 
+def _encryption_status(s: Settings) -> dict[str, Any]:
+    from brb_pipeline.pipeline import keys
+
+    return keys.describe(s)
+
+
+def _encryption_line(e: dict[str, Any]) -> str:
+    if e.get("encrypted"):
+        return f"encryption      {e['cipher']}, key from {e['key_source']}" + ("" if e.get("key_ok") or "missing" in e["key_source"] else " (WRONG KEY)")
+    return f"encryption      off ({e.get('note', '')})"
+
+
 def status_lines(st: dict[str, Any]) -> list[str]:
     """``brb status`` as text, one line per fact, from :func:`status_dict`."""
     ch = ", ".join(f"{k} {'on' if v else 'off'}" for k, v in st["channels"].items())
@@ -113,6 +125,7 @@ def status_lines(st: dict[str, Any]) -> list[str]:
         f"clusters        {st['clusters']}",
         f"channels        {ch}",
         f"last ingestion  {last.get('status', 'never')}",
+        _encryption_line(st["encryption"]),
     ]
     ix = st["indexes"] or {}
     lines.append("indexes         " + (", ".join(

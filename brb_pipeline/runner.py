@@ -31,7 +31,7 @@ from brb_pipeline.core import metadata
 from brb_pipeline.core import errors as errors_mod
 from brb_pipeline.core.errors import BrbError, CancelledError, CheckFailedError
 from brb_pipeline.core.progress import CancelToken, Progress
-from brb_pipeline.pipeline import memory, paths
+from brb_pipeline.pipeline import keys, memory, paths
 from brb_pipeline.pipeline.incremental import force_batches, pending_work
 from brb_pipeline.settings import Settings
 
@@ -273,6 +273,7 @@ def run_ingest(
         generator: the distilled memory's text generator (default: ``llm_model_path``'s).
     """
     _guard_sources(s)
+    keys.prepare_home(s)  # the home's mode and key, before brb.db records the run
     progress = progress or Progress()
     runtime = Runtime(progress, cancel or CancelToken(), embedder, reembed=reembed, generator=generator)
     run = _Run(s, runtime)

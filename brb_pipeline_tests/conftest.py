@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime
 
 import pytest
@@ -17,6 +18,11 @@ import pytest
 from brb_pipeline.demo.chatdb_writer import ChatDbBuilder
 
 T0 = datetime(2024, 3, 1, 12, 0, 0, tzinfo=UTC)
+
+# Homes made by tests (and by the `brb` processes they start, which inherit this) are plaintext
+# unless a test asks for encryption (``monkeypatch.setenv("BRB_ENCRYPTION", "1")``): most tests
+# read the stores' files directly. The test_encryption*.py files cover encrypted homes.
+os.environ["BRB_ENCRYPTION"] = "0"
 
 
 @pytest.fixture
@@ -33,9 +39,3 @@ def demo_archive_small(tmp_path_factory):
 
     return build_demo_archive(tmp_path_factory.mktemp("demo_small"), messages=600, seed=7, whatsapp=True)
 
-
-@pytest.fixture(autouse=True)
-def _plaintext_homes_unless_asked(monkeypatch):
-    """Homes made by tests are plaintext unless a test asks for encryption (``BRB_ENCRYPTION=1``):
-    most tests read the stores' files directly. test_encryption*.py cover encrypted homes."""
-    monkeypatch.setenv("BRB_ENCRYPTION", "0")

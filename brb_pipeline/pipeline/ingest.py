@@ -21,7 +21,7 @@ from brb_pipeline.core.errors import SourceError, SourceMissingError
 from brb_pipeline.core.progress import Progress
 from brb_pipeline.core.records import CHAT_SCHEMA, MESSAGE_SCHEMA, UNKNOWN_CONTACT_ID
 from brb_pipeline.core.contacts.stats import contact_stats
-from brb_pipeline.pipeline import paths
+from brb_pipeline.pipeline import keys, paths
 from brb_pipeline.pipeline.forgotten import forgotten_rules
 from brb_pipeline.pipeline.scrub import scrub_snapshot
 from brb_pipeline.settings import Settings
@@ -48,6 +48,7 @@ def run_snapshot(s: Settings, progress: Progress | None = None) -> dict[str, Any
     The WhatsApp store is passed on only when the channel is enabled; otherwise its path is
     never touched.
     """
+    keys.prepare_home(s)  # every ingestion starts here (the UI and schedules too): fix the mode first
     if s.imessage_enabled and s.chat_db is None:
         raise SourceMissingError("no chat.db configured: pass --chat-db PATH (e.g. ~/Library/Messages/chat.db)")
     t0 = time.perf_counter()

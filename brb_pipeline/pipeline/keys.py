@@ -25,7 +25,7 @@ from typing import Any
 
 from brb_pipeline.core.crypto import files
 from brb_pipeline.core.crypto.sealed import KEY_BYTES, key_check
-from brb_pipeline.core.errors import EncryptionKeyError, SettingsError
+from brb_pipeline.core.errors import EncryptionKeyError
 from brb_pipeline.pipeline.forgotten import _home_id, _keyring, key_dir
 from brb_pipeline.settings import Settings
 
@@ -113,6 +113,8 @@ def data_key(home: Path) -> bytes | None:
     m = read_marker(home)
     if not m or not m.get("encrypted"):
         return None
+    if m.get("rekey_to"):
+        raise EncryptionKeyError(f"a key rotation of {home} was interrupted: run `brb rekey` to finish it")
     key, where = _found_key(home)
     if key is None:
         raise EncryptionKeyError(f"the encryption key of {home} is missing (looked in {_looked_in(home)}): "
@@ -133,16 +135,7 @@ def _store_new_key(home: Path, key: bytes) -> str:
                 return "keychain"
         except Exception:
             pass  # e.g. Linux without a Secret Service: the key file below
-    f = key_file(home)
-    f.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = f.with_name(f.name + ".tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(key.hex())
-        out.flush()
-        os.fsync(out.fileno())
-    tmp.replace(f)
+    _write_key_file(key_file(home), key)
     return "file"
 
 
@@ -150,7 +143,8 @@ def _has_data(home: Path) -> bool:
     return any((home / n).exists() for n in ("brb.db", "brb.duckdb", "staging", "snapshot"))
 
 
-def _write_marker(home: Path, marker: dict[str, Any]) -> None:
+def write_marker(home: Path, marker: dict[str, Any]) -> None:
+    """Replace the home's ``encryption.json`` atomically."""
     home.mkdir(parents=True, exist_ok=True)
     tmp = marker_path(home).with_name(MARKER + ".tmp")
     tmp.write_text(json.dumps(marker, indent=2) + "\n")
@@ -168,15 +162,11 @@ def prepare_home(s: Settings) -> dict[str, Any]:
     Raises:
         EncryptionKeyError: the key of an encrypted home is missing or wrong; encrypted files
             without their ``encryption.json``.
-        SettingsError: ``--no-encryption`` asked of a home that is encrypted.
     """
     home = Path(s.home)
     m = read_marker(home)
     if m is not None:
         if m.get("encrypted"):
-            if not s.encryption and "encryption" in _explicit(s):
-                raise SettingsError(f"{home} is encrypted; --no-encryption applies to a new home only "
-                                    "(run `brb delete-all` first to start a plaintext one)")
             data_key(home)
         return m
     if files.sealed(home / "brb.db") or files.sealed(home / "staging" / "messages.parquet"):
@@ -191,7 +181,8 @@ def prepare_home(s: Settings) -> dict[str, Any]:
         kept = ENV_KEY if os.environ.get(ENV_KEY) else _store_new_key(home, key)
         m = {"format": 1, "encrypted": True, "cipher": CIPHER, "key_check": key_check(key),
              "key_kept_in": kept, "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    _write_marker(home, m)
+    write_marker(home, m)
+    _cache.clear()
     return m
 
 
@@ -200,11 +191,6 @@ def _wanted(s: Settings) -> bool:
     (Settings built in code, without ``Settings.load``, still honour the variable)."""
     env = os.environ.get("BRB_ENCRYPTION", "").strip().lower()
     return s.encryption and env not in ("0", "false", "no", "off")
-
-
-def _explicit(s: Settings) -> set[str]:
-    """Settings given on this run's command line or environment (not defaults)."""
-    return set(s.env_values) | set(getattr(s, "explicit", ()) or ())
 
 
 def describe(s: Settings) -> dict[str, Any]:
@@ -226,30 +212,124 @@ def shred(s: Settings) -> bool:
     """Destroy this home's data key (key file overwritten then removed, keychain entry deleted)
     and its ``encryption.json``. Returns whether a key was found."""
     home = Path(s.home)
-    found = False
-    f = key_file(home)
-    if f.exists():
-        size = f.stat().st_size
-        with f.open("r+b") as out:  # overwrite first: the file system may keep the old blocks
-            out.write(os.urandom(size))
-            out.flush()
-            os.fsync(out.fileno())
-        f.unlink()
-        found = True
+    found = _shred_file(key_file(home))
+    _shred_file(_next_file(home))
     kr = _keyring()
     if kr is not None:
-        try:
-            if kr.get_password(KEYRING_SERVICE, _home_key_id(home)) is not None:
-                kr.delete_password(KEYRING_SERVICE, _home_key_id(home))
-                found = True
-        except Exception:
-            pass
+        for account in (_home_key_id(home), _home_key_id(home) + ":next"):
+            try:
+                if kr.get_password(KEYRING_SERVICE, account) is not None:
+                    kr.delete_password(KEYRING_SERVICE, account)
+                    found = True
+            except Exception:
+                pass
     marker_path(home).unlink(missing_ok=True)
     _cache.clear()
     return found
 
 
+# Key rotation (pipeline.rekey): the new key waits in a "next" slot until every file uses it.
+
+ENV_NEW_KEY = "BRB_NEW_KEY"
+
+
+def _next_file(home: Path) -> Path:
+    return key_file(home).with_name(key_file(home).stem + ".next.key")
+
+
+def next_key_places(home: Path) -> str:
+    return f"${ENV_NEW_KEY}, {_next_file(home)}, the OS keychain"
+
+
+def new_key_for_rotation() -> bytes:
+    """The key a rotation moves to: ``BRB_NEW_KEY`` when the current one comes from ``BRB_KEY``
+    (brb cannot change the environment it was given), else a fresh random key."""
+    if os.environ.get(ENV_KEY):
+        v = os.environ.get(ENV_NEW_KEY, "").strip()
+        try:
+            key = bytes.fromhex(v)
+        except ValueError:
+            key = b""
+        if len(key) != KEY_BYTES:
+            raise EncryptionKeyError(f"the key comes from ${ENV_KEY}: give the new one as ${ENV_NEW_KEY} "
+                                     f"({KEY_BYTES * 2} hex digits), then set ${ENV_KEY} to it")
+        return key
+    return os.urandom(KEY_BYTES)
+
+
+def _write_key_file(f: Path, key: bytes) -> None:
+    f.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = f.with_name(f.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(key.hex())
+        out.flush()
+        os.fsync(out.fileno())
+    tmp.replace(f)
+
+
+def keep_next_key(home: Path, key: bytes) -> None:
+    """Keep a rotation's new key beside the current one (nothing to keep when it is ``BRB_NEW_KEY``)."""
+    if os.environ.get(ENV_KEY):
+        return
+    kr = _keyring() if read_marker(home).get("key_kept_in") == "keychain" else None
+    if kr is not None:
+        kr.set_password(KEYRING_SERVICE, _home_key_id(home) + ":next", key.hex())
+    else:
+        _write_key_file(_next_file(home), key)
+
+
+def next_key(home: Path) -> bytes | None:
+    if os.environ.get(ENV_KEY):
+        v = os.environ.get(ENV_NEW_KEY, "").strip()
+        return bytes.fromhex(v) if v else None
+    f = _next_file(home)
+    if f.exists():
+        return bytes.fromhex(f.read_text().strip())
+    kr = _keyring()
+    v = kr.get_password(KEYRING_SERVICE, _home_key_id(home) + ":next") if kr is not None else None
+    return bytes.fromhex(v) if v else None
+
+
+def promote_next_key(home: Path, key: bytes) -> None:
+    """The rotation's new key becomes the home's key (the old key file is overwritten first);
+    the next slot stays until :func:`drop_next_key`, so a kill here can still be finished."""
+    _cache.clear()
+    if os.environ.get(ENV_KEY):
+        return
+    kr = _keyring() if read_marker(home).get("key_kept_in") == "keychain" else None
+    if kr is not None:
+        kr.set_password(KEYRING_SERVICE, _home_key_id(home), key.hex())
+        return
+    _shred_file(key_file(home))
+    _write_key_file(key_file(home), key)
+
+
+def drop_next_key(home: Path) -> None:
+    _shred_file(_next_file(home))
+    kr = _keyring()
+    if kr is not None:
+        try:
+            kr.delete_password(KEYRING_SERVICE, _home_key_id(home) + ":next")
+        except Exception:
+            pass  # no such entry
+
+
 _cache: dict[Path, tuple[float, bytes | None]] = {}
+
+
+def _shred_file(f: Path) -> bool:
+    """Overwrite a key file, then remove it (the file system may keep the old blocks otherwise)."""
+    if not f.exists():
+        return False
+    size = f.stat().st_size
+    with f.open("r+b") as out:
+        out.write(os.urandom(size))
+        out.flush()
+        os.fsync(out.fileno())
+    f.unlink()
+    return True
 
 
 def _provider(path: Path) -> bytes | None:

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from brb_pipeline.core import metadata
 from brb_pipeline.core.store.compact import compact_without
-from brb_pipeline.pipeline import paths
+from brb_pipeline.pipeline import keys, paths
 from brb_pipeline.pipeline.embed import drop_retired
 from brb_pipeline.pipeline.forgotten import remember, retire_legacy_salt, shred_key
 from brb_pipeline.settings import Settings
@@ -157,10 +157,11 @@ def _vacuum(db: Path) -> None:
 
 
 def delete_all(s: Settings) -> list[str]:
-    """Delete everything brb stored under the home dir and shred the home's forget key.
+    """Delete everything brb stored under the home dir and shred the home's keys (the data key
+    of an encrypted home, so an old backup of the home cannot be read, and the forget key).
 
     Returns:
-        The paths removed (the key file or keychain entry as ``forget key``).
+        The paths removed (the key files or keychain entries as ``data key`` and ``forget key``).
     """
     removed = []
     if s.home.exists():
@@ -170,6 +171,8 @@ def delete_all(s: Settings) -> list[str]:
             else:
                 p.unlink()
             removed.append(str(p))
+    if keys.shred(s):
+        removed.append("data key")
     if shred_key(s):
         removed.append("forget key")
     return removed
