@@ -28,6 +28,12 @@ POINTS = (
     "map_written",          # the map file is written, the run not yet finished
 )
 
+#: Kill points of ``brb rekey`` (test_encryption.py kills a rotation at each one).
+REKEY_POINTS = (
+    "rekey_staged",         # every file copied under the new key, nothing committed yet
+    "rekey_swapping",       # committed, one .rekey file renamed over its original (@2: two)
+)
+
 _hits: dict[str, int] = {}
 
 

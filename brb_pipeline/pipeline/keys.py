@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,10 @@ def read_marker(home: Path) -> dict[str, Any] | None:
 
 
 def _home_key_id(home: Path) -> str:
-    return _home_id(Settings(home=Path(home)))
+    """The name the home's key is kept under: a random id in its ``encryption.json`` (so a home
+    that is moved or restored from a backup on this machine still finds its key)."""
+    m = read_marker(home) or {}
+    return m.get("key_id") or _home_id(Settings(home=Path(home)))
 
 
 def key_file(home: Path) -> Path:
@@ -178,9 +182,12 @@ def prepare_home(s: Settings) -> dict[str, Any]:
         m = {"format": 1, "encrypted": False, "reason": "--no-encryption"}
     else:
         key = _env_key() or os.urandom(KEY_BYTES)
-        kept = ENV_KEY if os.environ.get(ENV_KEY) else _store_new_key(home, key)
         m = {"format": 1, "encrypted": True, "cipher": CIPHER, "key_check": key_check(key),
-             "key_kept_in": kept, "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+             "key_id": uuid.uuid4().hex, "key_kept_in": ENV_KEY,
+             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        write_marker(home, m)  # first: the key is kept under the id it names
+        if not os.environ.get(ENV_KEY):
+            m["key_kept_in"] = _store_new_key(home, key)
     write_marker(home, m)
     _cache.clear()
     return m

@@ -163,7 +163,7 @@ def delete_all(s: Settings) -> list[str]:
     Returns:
         The paths removed (the key files or keychain entries as ``data key`` and ``forget key``).
     """
-    removed = []
+    removed = ["data key"] if keys.shred(s) else []  # first: it is named in encryption.json
     if s.home.exists():
         for p in sorted(s.home.iterdir()):
             if p.is_dir() and not p.is_symlink():
@@ -171,8 +171,6 @@ def delete_all(s: Settings) -> list[str]:
             else:
                 p.unlink()
             removed.append(str(p))
-    if keys.shred(s):
-        removed.append("data key")
     if shred_key(s):
         removed.append("forget key")
     return removed

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from brb_pipeline.core import metadata
+from brb_pipeline.core import faults, metadata
 from brb_pipeline.core.crypto.sealed import is_sealed, key_check, seal, subkey, unseal
 from brb_pipeline.core.errors import EncryptionKeyError, StoreError
 from brb_pipeline.pipeline import keys
@@ -99,6 +99,7 @@ def _swap(home: Path) -> int:
             orig.with_name(orig.name + ".wal").unlink(missing_ok=True)  # checkpointed into the copy
         os.replace(p, orig)
         n += 1
+        faults.point("rekey_swapping")
     return n
 
 
@@ -133,6 +134,7 @@ def rekey(s: Settings) -> dict[str, Any]:
         p.unlink()
     new = keys.new_key_for_rotation()
     staged = _stage(home, old, new)
+    faults.point("rekey_staged")
     keys.keep_next_key(home, new)
     m = dict(m, rekey_to=key_check(new))
     keys.write_marker(home, m)
