@@ -15,7 +15,6 @@ import os
 import shutil
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import time
@@ -52,38 +51,42 @@ def _wait_http(url: str, seconds: float) -> None:
 
 
 def _last_success(db: Path) -> dict | None:
-    con = sqlite3.connect(db)
-    try:
-        row = con.execute("SELECT run_id, stats_json FROM ingestion_runs WHERE status = 'success' "
-                          "ORDER BY started_at DESC LIMIT 1").fetchone()
-    finally:
-        con.close()
-    return {"run_id": row[0], **json.loads(row[1] or "{}")} if row else None
+    from brb_pipeline.core import metadata
+
+    row = metadata.last_run(db, status="success")  # brb.db may be encrypted: read it as brb does
+    return {"run_id": row["run_id"], **json.loads(row["stats_json"] or "{}")} if row else None
 
 
-def test_launchpad_with_a_name_runs_that_persons_batch(tmp_path):
+@pytest.mark.parametrize("encrypted", [False, True], ids=["plaintext", "encrypted"])
+def test_launchpad_with_a_name_runs_that_persons_batch(tmp_path, monkeypatch, encrypted):
     from selenium import webdriver
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
+    from brb_pipeline.core import metadata
+    from brb_pipeline.pipeline import keys
+
     archive = build_demo_archive(tmp_path / "archive", messages=600, seed=7)
     home = tmp_path / "home"
+    monkeypatch.setenv("BRB_KEY_DIR", str(tmp_path / "keys"))
+    env = {**ENV, "BRB_ENCRYPTION": "1" if encrypted else "0", "BRB_KEY_DIR": str(tmp_path / "keys")}
     r = subprocess.run([sys.executable, "-m", "brb_pipeline.cli", "ingest", "--chat-db", str(archive.chat_db),
                         "--addressbook", str(archive.addressbook_dir), "--progress", "none", "--no-insights",
-                        "--home", str(home)], capture_output=True, text=True, env=ENV, timeout=300)
+                        "--home", str(home)], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
-    con = sqlite3.connect(home / "brb.db")
-    batches = {b for (b,) in con.execute("SELECT DISTINCT batch FROM contacts WHERE batch IS NOT NULL")}
-    name, batch = con.execute("SELECT display_name, batch FROM contacts WHERE name_source = 'addressbook' "
-                              "AND kind = 'direct' AND batch IS NOT NULL ORDER BY rank DESC LIMIT 1").fetchone()
-    con.close()
+    assert bool((keys.read_marker(home) or {}).get("encrypted")) is encrypted
+    contacts = metadata.read_contacts(home / "brb.db")
+    batches = set(contacts["batch"].drop_nulls())
+    named = contacts.filter((contacts["name_source"] == "addressbook") & (contacts["kind"] == "direct")
+                            & contacts["batch"].is_not_null()).sort("rank", descending=True)
+    name, batch = named["display_name"][0], named["batch"][0]
     assert len(batches) > 1, "the person's batch must be one of several, else the test proves nothing"
     before = _last_success(home / "brb.db")["run_id"]
 
     port = _free_port()
     ui = subprocess.Popen([sys.executable, "-m", "brb_pipeline.cli", "ui", "--home", str(home), "--port", str(port)],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV, start_new_session=True)
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
     opts = webdriver.ChromeOptions()
     for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
         opts.add_argument(a)
