@@ -3,14 +3,18 @@
 Tables: ``ingestion_runs`` (one row per ingestion with counts and timings), ``contacts``
 (resolved names, handles, per-contact stats and batch), ``batches`` (content fingerprints that
 drive incremental re-embedding) and ``clusters`` (the insights summary for an app). The search
-log lives here too (see ``core.searchlog``). Message text is never stored in brb.db.
+log lives here too (see ``core.search.log``). Message text is never stored in brb.db.
+
+In an encrypted home brb.db is a sealed SQLite image, opened in memory (:func:`open_db`).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import sqlite3
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -18,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from brb_pipeline.core.crypto import files
 from brb_pipeline.core.errors import StoreError
 
 if TYPE_CHECKING:  # polars is slow to import; a one-shot search reads contacts without it
@@ -78,26 +83,103 @@ CREATE TABLE IF NOT EXISTS clusters (
 """
 
 
+#: How long an opener of brb.db waits for another process to finish with it (seconds).
+LOCK_WAIT_S = 30.0
+_held: set[tuple[int, str]] = set()  # (thread, lock file) of the sealed databases open here
+
+
 @contextmanager
-def connect(path: Path, *, create: bool = True) -> Iterator[sqlite3.Connection]:
-    """Open brb.db (creating the schema), commit on success, roll back on error."""
-    if not create and not path.exists():
-        raise StoreError(f"no brb.db at {path}: run `brb ingest` (or `brb demo`) first")
-    path.parent.mkdir(parents=True, exist_ok=True)
+def open_db(path: Path, *, timeout_s: float = LOCK_WAIT_S) -> Iterator[sqlite3.Connection]:
+    """A connection to the SQLite database at ``path``: committed on success, rolled back on an
+    error, closed. Every opener of brb.db goes through here.
+
+    A plaintext home opens the file itself (SQLite's locks; its busy timeout is ``timeout_s``).
+    In an encrypted home the file is a sealed image of the database: the opener takes an
+    exclusive lock on ``<path>.lock`` (writers in several processes: one at a time), unseals the
+    image into an in-memory database and, when the block ends without an error and the database
+    changed, writes the new image sealed (fresh nonce, atomic rename). On an error nothing is
+    written: the previous file stays as it was. No plaintext page ever reaches the disk.
+
+    Raises:
+        StoreError: another process held the lock for ``timeout_s``.
+        EncryptionKeyError: the image cannot be unsealed with the home's key.
+    """
+    path = Path(path)
+    key = files.file_key(path)
+    if key is None:
+        try:
+            conn = sqlite3.connect(path, timeout=timeout_s)
+        except sqlite3.Error as e:
+            raise StoreError(f"cannot open {path} ({e}): check that it is a file you can write") from None
+        with _committed(conn):
+            yield conn
+        return
+    with _locked(path, timeout_s):
+        old = files.read_bytes(path) if path.exists() else None
+        conn = sqlite3.connect(":memory:")
+        with _committed(conn):
+            if old is not None:
+                conn.deserialize(old)
+            yield conn
+            conn.commit()
+            new = conn.serialize()
+            if new != old:
+                files.write_bytes(path, new)
+
+
+@contextmanager
+def _committed(conn: sqlite3.Connection) -> Iterator[None]:
     try:
-        conn = sqlite3.connect(path, timeout=30)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.executescript(SCHEMA)
-    except sqlite3.DatabaseError as e:
-        raise StoreError(f"brb.db at {path} is damaged ({e}): move it away and run `brb ingest` again") from None
-    try:
-        yield conn
+        yield
         conn.commit()
     except BaseException:
         conn.rollback()
         raise
     finally:
         conn.close()
+
+
+@contextmanager
+def _locked(path: Path, timeout_s: float) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``<path>.lock`` (waits up to ``timeout_s``)."""
+    lock = path.with_name(path.name + ".lock")
+    mine = (threading.get_ident(), str(lock))
+    if mine in _held:  # the lock is per open file: a nested open would wait on itself
+        raise RuntimeError(f"{path.name} opened again inside its own with-block")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise StoreError(f"{path} is busy: another brb process has held it for {timeout_s:.0f} s;"
+                                     " retry when it finishes") from None
+                time.sleep(0.005)
+        _held.add(mine)
+        yield
+    finally:
+        _held.discard(mine)
+        os.close(fd)  # closing the file releases the lock
+
+
+@contextmanager
+def connect(path: Path, *, create: bool = True) -> Iterator[sqlite3.Connection]:
+    """Open brb.db (creating the schema), commit on success, roll back on error."""
+    if not create and not path.exists():
+        raise StoreError(f"no brb.db at {path}: run `brb ingest` (or `brb demo`) first")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open_db(path) as conn:
+        try:
+            if files.file_key(path) is None:
+                conn.execute("PRAGMA journal_mode=WAL")
+            conn.executescript(SCHEMA)
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"brb.db at {path} is damaged ({e}): move it away and run `brb ingest` again") from None
+        yield conn
 
 
 #: Columns added to ``ingestion_runs`` after its first release: which process runs it (so a run

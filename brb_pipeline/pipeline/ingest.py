@@ -8,6 +8,7 @@ import logging
 import shutil
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,7 @@ from brb_pipeline.core.errors import SourceError, SourceMissingError
 from brb_pipeline.core.progress import Progress
 from brb_pipeline.core.records import CHAT_SCHEMA, MESSAGE_SCHEMA, UNKNOWN_CONTACT_ID
 from brb_pipeline.core.contacts.stats import contact_stats
+from brb_pipeline.core.crypto import files
 from brb_pipeline.pipeline import keys, paths
 from brb_pipeline.pipeline.forgotten import forgotten_rules
 from brb_pipeline.pipeline.scrub import scrub_snapshot
@@ -28,6 +30,7 @@ from brb_pipeline.settings import Settings
 from brb_pipeline.sources.addressbook import read_addressbook
 from brb_pipeline.sources.imessage import IMessageStream
 from brb_pipeline.sources.snapshot import take_snapshot
+from brb_pipeline.sources.sqlite_ro import FileIO
 
 if TYPE_CHECKING:
     from brb_pipeline.sources.mail import MailStream
@@ -52,6 +55,7 @@ def run_snapshot(s: Settings, progress: Progress | None = None) -> dict[str, Any
     if s.imessage_enabled and s.chat_db is None:
         raise SourceMissingError("no chat.db configured: pass --chat-db PATH (e.g. ~/Library/Messages/chat.db)")
     t0 = time.perf_counter()
+    io = snapshot_io(s)
     if progress:
         progress.update("snapshot", 5, "copying sources")
     snap = take_snapshot(
@@ -60,10 +64,11 @@ def run_snapshot(s: Settings, progress: Progress | None = None) -> dict[str, Any
         addressbook_dir=s.addressbook_dir,
         whatsapp_db=s.whatsapp_db if s.whatsapp_enabled else None,
         mail_dir=_mail_dir(s),
+        io=io,
     )
     try:  # the copy is ours: forgotten people are deleted from it before anything reads it
         scrub_snapshot(s, {"chat_db": snap.chat_db, "addressbook_files": snap.addressbook_files,
-                           "whatsapp_db": snap.whatsapp_db, "mail_db": snap.mail_db})
+                           "whatsapp_db": snap.whatsapp_db, "mail_db": snap.mail_db}, io)
     except BaseException:
         shutil.rmtree(snap.root, ignore_errors=True)
         raise
@@ -83,6 +88,16 @@ def run_snapshot(s: Settings, progress: Progress | None = None) -> dict[str, Any
         "addressbook_stores": len(snap.addressbook_files),
         "warnings": len(snap.warnings),
     }
+
+
+def snapshot_io(s: Settings) -> FileIO | None:
+    """How the snapshot's copies are written and read: sealed under the home's key in an
+    encrypted home, None (plain files) otherwise. The key is looked up once, for the snapshot
+    folder: a Mail body lies deeper under the home than a file's own key lookup walks."""
+    key = files.file_key(s.snapshot_dir)
+    if key is None:
+        return None
+    return FileIO(read=partial(files.read_bytes, key=key), write=partial(files.write_bytes, key=key))
 
 
 def _mail_dir(s: Settings) -> Path | None:
@@ -190,19 +205,20 @@ class _ParseTally:
 def _channel_stream(s: Settings, snap: dict[str, Any], channel: str, cancel: Cancel | None,
                     prog: Callable[[int, int], None]) -> IMessageStream | WhatsAppStream | MailStream | None:
     """The block reader of one enabled channel's snapshot (None when it has no store)."""
+    io = snapshot_io(s)
     if channel == "imessage":
         return IMessageStream(Path(snap["chat_db"]), default_region=s.default_region, cancel=cancel, progress=prog,
-                              chunk_rows=_BLOCK_ROWS)
+                              chunk_rows=_BLOCK_ROWS, io=io)
     if channel == "whatsapp" and snap.get("whatsapp_db"):
         from brb_pipeline.sources.whatsapp import WhatsAppStream  # opened only when opted in
 
         return WhatsAppStream(Path(snap["whatsapp_db"]), default_region=s.default_region, cancel=cancel,
-                              progress=prog, chunk_rows=_BLOCK_ROWS)
+                              progress=prog, chunk_rows=_BLOCK_ROWS, io=io)
     if channel == "mail" and snap.get("mail_db"):
         from brb_pipeline.sources.mail import MailStream  # opened only when opted in
 
         return MailStream(Path(snap["mail_db"]), exclude_lists=s.mail_exclude_lists, default_region=s.default_region,
-                          cancel=cancel, progress=prog)
+                          cancel=cancel, progress=prog, io=io)
     return None
 
 
@@ -229,7 +245,7 @@ def run_contacts(s: Settings) -> dict[str, Any]:
     ab_dir = snap.get("addressbook_dir")
     if ab_dir:
         try:
-            ab = read_addressbook(Path(ab_dir))
+            ab = read_addressbook(Path(ab_dir), io=snapshot_io(s))
             people, ab_warnings = ab.people, list(ab.warnings)
         except SourceError as e:
             ab_warnings.append(str(e))

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -144,16 +143,15 @@ def _participants_name(names: list[str]) -> str:
 
 
 def _vacuum(db: Path) -> None:
-    """Rewrite brb.db without free pages and empty its WAL (deleted rows leave no bytes)."""
+    """Rewrite brb.db without free pages and empty its WAL (deleted rows leave no bytes). A sealed
+    brb.db is rewritten whole under a fresh nonce anyway; the VACUUM keeps old rows out of the
+    free pages of its image."""
     if not db.exists():
         return
-    con = sqlite3.connect(db, isolation_level=None, timeout=30)
-    try:
+    with metadata.open_db(db) as con:
         con.execute("PRAGMA secure_delete = ON")
         con.execute("VACUUM")
         con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    finally:
-        con.close()
 
 
 def delete_all(s: Settings) -> list[str]:

@@ -9,6 +9,9 @@ subjects, summaries and bodies only their messages used (see :mod:`.scrub_emlx` 
 ``.emlx`` files). With ``secure_delete`` and a ``VACUUM`` so a copy keeps no free page with their
 rows. Triggers of the copy are dropped first: chat.db's call functions only the Messages app
 registers, and the copy needs none.
+
+A sealed copy (an encrypted home) is opened in memory through the snapshot's ``FileIO``,
+scrubbed and vacuumed there, and written back sealed: its plaintext never reaches the disk.
 """
 
 from __future__ import annotations
@@ -24,13 +27,14 @@ from brb_pipeline.pipeline.scrub_emlx import scrub_bodies
 from brb_pipeline.settings import Settings
 from brb_pipeline.sources.imessage_rows import parent_guid
 from brb_pipeline.sources.mail import THREAD_SQL, owner_addresses
+from brb_pipeline.sources.sqlite_ro import FileIO
 
 log = logging.getLogger("brb")
 
 
-def scrub_snapshot(s: Settings, snapshot: dict[str, Any]) -> dict[str, int]:
+def scrub_snapshot(s: Settings, snapshot: dict[str, Any], io: FileIO | None = None) -> dict[str, int]:
     """Delete the forgotten people from the snapshot described by ``snapshot`` (the manifest
-    of :func:`brb_pipeline.pipeline.ingest.run_snapshot`).
+    of :func:`brb_pipeline.pipeline.ingest.run_snapshot`); ``io`` reads and writes sealed copies.
 
     Returns:
         Counts (no names, no text): messages, chats, handles and AddressBook cards removed,
@@ -41,16 +45,16 @@ def scrub_snapshot(s: Settings, snapshot: dict[str, Any]) -> dict[str, int]:
     if rules is None:
         return counts
     if rules.salt is not None:  # older home: re-key the digests of what this snapshot shows
-        seen_h, seen_c = _seen(snapshot, s.default_region)
+        seen_h, seen_c = _seen(snapshot, s.default_region, io)
         migrate_legacy(s, rules, seen_h, seen_c)
     if snapshot.get("chat_db"):
-        _add(counts, _scrub_chatdb(Path(snapshot["chat_db"]), rules, s.default_region))
+        _add(counts, _scrub_chatdb(_Copy(Path(snapshot["chat_db"]), io), rules, s.default_region))
     for ab in snapshot.get("addressbook_files") or []:
-        counts["cards"] += _scrub_addressbook(Path(ab), rules, s.default_region)
+        counts["cards"] += _scrub_addressbook(_Copy(Path(ab), io), rules, s.default_region)
     if snapshot.get("whatsapp_db"):
-        _add(counts, _scrub_whatsapp(Path(snapshot["whatsapp_db"]), rules, s.default_region))
+        _add(counts, _scrub_whatsapp(_Copy(Path(snapshot["whatsapp_db"]), io), rules, s.default_region))
     if snapshot.get("mail_db"):
-        _add(counts, _scrub_mail(Path(snapshot["mail_db"]), rules, s.default_region))
+        _add(counts, _scrub_mail(_Copy(Path(snapshot["mail_db"]), io), rules, s.default_region))
     if any(counts.values()):
         log.info("Snapshot - forgotten people removed from the copy: %d messages, %d chats, %d handles, %d cards,"
                  " %d mail bodies", counts["messages"], counts["chats"], counts["handles"], counts["cards"],
@@ -63,18 +67,18 @@ def _add(counts: dict[str, int], more: dict[str, int]) -> None:
         counts[k] = counts.get(k, 0) + v
 
 
-def _seen(snapshot: dict[str, Any], region: str) -> tuple[set[str], set[str]]:
+def _seen(snapshot: dict[str, Any], region: str, io: FileIO | None) -> tuple[set[str], set[str]]:
     handles: set[str] = set()
     chats: set[str] = set()
     if snapshot.get("chat_db"):
-        con = _open(Path(snapshot["chat_db"]))
+        con = _Copy(Path(snapshot["chat_db"]), io).open()
         try:
             handles |= {normalize_handle(r, region) for (r,) in con.execute("SELECT id FROM handle")} - {None}
             chats |= {f"imessage:{g}" for (g,) in con.execute("SELECT guid FROM chat")}
         finally:
             con.close()
     if snapshot.get("whatsapp_db"):
-        con = _open(Path(snapshot["whatsapp_db"]))
+        con = _Copy(Path(snapshot["whatsapp_db"]), io).open()
         try:
             for (jid,) in con.execute("SELECT ZCONTACTJID FROM ZWACHATSESSION WHERE ZCONTACTJID IS NOT NULL"):
                 chats.add(f"whatsapp:{jid}")
@@ -84,7 +88,7 @@ def _seen(snapshot: dict[str, Any], region: str) -> tuple[set[str], set[str]]:
         finally:
             con.close()
     if snapshot.get("mail_db"):
-        con = _open(Path(snapshot["mail_db"]))
+        con = _Copy(Path(snapshot["mail_db"]), io).open()
         try:
             handles |= {normalize_handle(a, region) for (a,) in con.execute("SELECT address FROM addresses")}
             chats |= {f"mail:{t}" for (t,) in con.execute(f"SELECT DISTINCT {THREAD_SQL} FROM messages m")}
@@ -93,10 +97,29 @@ def _seen(snapshot: dict[str, Any], region: str) -> tuple[set[str], set[str]]:
     return handles - {None}, chats
 
 
-def _open(path: Path) -> sqlite3.Connection:
-    con = sqlite3.connect(path, isolation_level=None)
-    con.execute("PRAGMA secure_delete = ON")
-    return con
+class _Copy:
+    """One SQLite copy of the snapshot: the file itself, or (with ``io``) a sealed image of it."""
+
+    def __init__(self, path: Path, io: FileIO | None) -> None:
+        self.path = path
+        self.io = io
+
+    def open(self) -> sqlite3.Connection:
+        """A connection in autocommit mode with ``secure_delete`` on (in memory for a sealed copy)."""
+        con = sqlite3.connect(self.path if self.io is None else ":memory:", isolation_level=None)
+        if self.io is not None:
+            con.deserialize(self.io.read(self.path))
+        con.execute("PRAGMA secure_delete = ON")
+        return con
+
+    def finish(self, con: sqlite3.Connection) -> None:
+        """Commit, vacuum (no free page keeps a deleted row) and close; a sealed copy is written back."""
+        con.execute("COMMIT")
+        con.execute("DROP TABLE IF EXISTS temp._gone")
+        con.execute("VACUUM")
+        if self.io is not None:
+            self.io.write(self.path, con.serialize())
+        con.close()
 
 
 def _tables(con: sqlite3.Connection) -> dict[str, set[str]]:
@@ -118,15 +141,8 @@ def _delete_in(con: sqlite3.Connection, table: str, column: str, ids: set[int] |
     return con.execute(f'DELETE FROM "{table}" WHERE "{column}" IN (SELECT v FROM _gone)').rowcount
 
 
-def _finish(con: sqlite3.Connection) -> None:
-    con.execute("COMMIT")
-    con.execute("DROP TABLE IF EXISTS temp._gone")
-    con.execute("VACUUM")
-    con.close()
-
-
-def _scrub_chatdb(path: Path, rules: ForgottenRules, region: str) -> dict[str, int]:
-    con = _open(path)
+def _scrub_chatdb(copy: _Copy, rules: ForgottenRules, region: str) -> dict[str, int]:
+    con = copy.open()
     try:
         cols = _tables(con)
         gone_h = {rid for rid, raw in con.execute("SELECT ROWID, id FROM handle")
@@ -184,7 +200,7 @@ def _scrub_chatdb(path: Path, rules: ForgottenRules, region: str) -> dict[str, i
         _delete_in(con, "chat_handle_join", "chat_id", gone_c)
         n_chat = _delete_in(con, "chat", "ROWID", gone_c)
         n_h = _delete_in(con, "handle", "ROWID", gone_h)
-        _finish(con)
+        copy.finish(con)
     except BaseException:
         con.close()
         raise
@@ -195,8 +211,8 @@ def _scrub_chatdb(path: Path, rules: ForgottenRules, region: str) -> dict[str, i
 _OWNER_COLUMNS = ("ZOWNER", "ZCONTACT")
 
 
-def _scrub_addressbook(path: Path, rules: ForgottenRules, region: str) -> int:
-    con = _open(path)
+def _scrub_addressbook(copy: _Copy, rules: ForgottenRules, region: str) -> int:
+    con = copy.open()
     try:
         cols = _tables(con)
         if "ZABCDRECORD" not in cols:
@@ -220,15 +236,15 @@ def _scrub_addressbook(path: Path, rules: ForgottenRules, region: str) -> int:
                 if col in _OWNER_COLUMNS or (table.startswith("Z_") and col.endswith("CONTACTS")):
                     _delete_in(con, table, col, owners)
         n = _delete_in(con, "ZABCDRECORD", "Z_PK", owners)
-        _finish(con)
+        copy.finish(con)
     except BaseException:
         con.close()
         raise
     return n
 
 
-def _scrub_whatsapp(path: Path, rules: ForgottenRules, region: str) -> dict[str, int]:
-    con = _open(path)
+def _scrub_whatsapp(copy: _Copy, rules: ForgottenRules, region: str) -> dict[str, int]:
+    con = copy.open()
     try:
         cols = _tables(con)
         gone_s, jids = set(), set()
@@ -262,16 +278,16 @@ def _scrub_whatsapp(path: Path, rules: ForgottenRules, region: str) -> dict[str,
         if "ZWAPROFILEPUSHNAME" in cols:
             _delete_in(con, "ZWAPROFILEPUSHNAME", "ZJID", jids)
         n_chat = _delete_in(con, "ZWACHATSESSION", "Z_PK", gone_s)
-        _finish(con)
+        copy.finish(con)
     except BaseException:
         con.close()
         raise
     return {"messages": n_msg, "chats": n_chat, "handles": len(members)}
 
 
-def _scrub_mail(path: Path, rules: ForgottenRules, region: str) -> dict[str, int]:
+def _scrub_mail(copy: _Copy, rules: ForgottenRules, region: str) -> dict[str, int]:
     """Mail's Envelope Index copy, then the body files beside it (``path.parent.parent``)."""
-    con = _open(path)
+    con = copy.open()
     try:
         gone_a, gone_t, doomed, touched = _mail_doomed(con, rules, region)
         if not gone_a and not gone_t:
@@ -280,12 +296,12 @@ def _scrub_mail(path: Path, rules: ForgottenRules, region: str) -> dict[str, int
         _drop_triggers(con)
         con.execute("BEGIN")
         n_msg = _delete_mail(con, _tables(con), set(gone_a), {int(t) for t in gone_t if t.isdigit()}, doomed)
-        _finish(con)
+        copy.finish(con)
     except BaseException:
         con.close()
         raise
-    n_bodies = scrub_bodies(path.parent.parent, doomed, touched,
-                            lambda a: rules.is_handle(normalize_handle(a, region)), gone_a.values())
+    n_bodies = scrub_bodies(copy.path.parent.parent, doomed, touched,
+                            lambda a: rules.is_handle(normalize_handle(a, region)), gone_a.values(), copy.io)
     return {"messages": n_msg, "chats": len(gone_t), "handles": len(gone_a), "bodies": n_bodies}
 
 

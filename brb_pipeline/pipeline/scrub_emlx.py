@@ -16,6 +16,7 @@ from email.utils import formataddr, getaddresses
 from pathlib import Path
 
 from brb_pipeline.sources.mail import body_files
+from brb_pipeline.sources.sqlite_ro import FileIO
 from brb_pipeline.sources.mail_body import decode_message, emlx_message
 
 #: Header fields holding address lists (RFC 5322 and the delivery headers mail servers add).
@@ -30,7 +31,7 @@ IsGone = Callable[[str], bool]
 
 
 def scrub_bodies(version_dir: Path, doomed: set[int], touched: set[int], is_gone: IsGone,
-                 addresses: Iterable[str]) -> int:
+                 addresses: Iterable[str], io: FileIO | None = None) -> int:
     """Delete the body files of ``doomed`` messages and rewrite those of ``touched`` ones.
 
     Args:
@@ -39,6 +40,7 @@ def scrub_bodies(version_dir: Path, doomed: set[int], touched: set[int], is_gone
         touched: ROWIDs of the messages kept in a thread a forgotten person was part of.
         is_gone: whether an address (as written in a header) belongs to a forgotten person.
         addresses: their addresses as the index spells them (matched case-insensitively).
+        io: reads and writes sealed body files (None: plain files).
 
     Returns:
         Body files deleted or rewritten.
@@ -50,10 +52,12 @@ def scrub_bodies(version_dir: Path, doomed: set[int], touched: set[int], is_gone
             path.unlink()
             n += 1
         elif rowid in touched:
-            data = path.read_bytes()
+            data = io.read(path) if io is not None else path.read_bytes()
             new = scrubbed_emlx(data, is_gone, needles)
             if new is None:  # truncated or unparsable: nothing brb could read from it is lost
                 path.unlink()
+            elif new != data and io is not None:
+                io.write(path, new)
             elif new != data:
                 tmp = path.with_name(path.name + ".tmp")
                 tmp.write_bytes(new)

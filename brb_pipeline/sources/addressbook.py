@@ -18,7 +18,7 @@ from pathlib import Path
 
 from brb_pipeline.core.errors import SourceError, SourceMissingError, UnknownSchemaError
 from brb_pipeline.core.records import Person
-from brb_pipeline.sources.sqlite_ro import open_readonly, translate_sqlite_error
+from brb_pipeline.sources.sqlite_ro import FileIO, open_readonly, translate_sqlite_error
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ def find_addressbooks(root: Path) -> list[Path]:
     return found
 
 
-def read_addressbook(root: Path, *, timeout_s: float = 5.0) -> AddressBookResult:
+def read_addressbook(root: Path, *, timeout_s: float = 5.0, io: FileIO | None = None) -> AddressBookResult:
     """Read every AddressBook store under ``root``.
 
     One unreadable file among several becomes a warning (counted in ``files_failed``); when every
@@ -80,6 +80,7 @@ def read_addressbook(root: Path, *, timeout_s: float = 5.0) -> AddressBookResult
     Args:
         root: the AddressBook folder (or one ``.abcddb`` file).
         timeout_s: how long to wait for a locked file before skipping it (seconds).
+        io: how to read sealed snapshot copies (None: plain files).
 
     Raises:
         SourceMissingError: ``root`` does not exist.
@@ -100,7 +101,7 @@ def read_addressbook(root: Path, *, timeout_s: float = 5.0) -> AddressBookResult
     for path in files:
         rel = path.name if root.is_file() else path.relative_to(root).as_posix()
         try:
-            people = _read_file(path, rel, stats, timeout_s)
+            people = _read_file(path, rel, stats, timeout_s, io)
         except SourceError as e:
             errors.append(e)
             stats["files_failed"] += 1
@@ -138,8 +139,8 @@ def _text(value: object, odd: list[int]) -> str | None:
     return s or None
 
 
-def _read_file(path: Path, rel: str, stats: dict[str, int], timeout_s: float) -> list[Person]:
-    conn = open_readonly(path, what="AddressBook", required=REQUIRED, timeout_s=timeout_s)
+def _read_file(path: Path, rel: str, stats: dict[str, int], timeout_s: float, io: FileIO | None) -> list[Person]:
+    conn = open_readonly(path, what="AddressBook", required=REQUIRED, timeout_s=timeout_s, io=io)
     # Invalid UTF-8 in a name must not abort the whole file: decode with replacement.
     conn.text_factory = lambda b: b.decode("utf-8", "replace")
     odd = [0]

@@ -182,7 +182,8 @@ class IMessageStream(BlockReader):
         self._t0 = time.perf_counter()
 
     def __enter__(self) -> "IMessageStream":
-        self._conn = open_readonly(self.path, what=WHAT, required=REQUIRED, timeout_s=self.timeout_s)
+        self._conn = open_readonly(self.path, what=WHAT, required=REQUIRED, timeout_s=self.timeout_s,
+                                   io=self.io)
         with closed_on_error(self._conn, WHAT, self.path):
             self._prepare(self._conn)
         return self

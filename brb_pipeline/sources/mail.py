@@ -42,6 +42,7 @@ from brb_pipeline.core.records.handles import normalize_handle
 from brb_pipeline.sources.mail_body import Body, is_noreply, read_emlx
 from brb_pipeline.sources.sqlite_ro import (
     BlockReader,
+    FileIO,
     closed_on_error,
     open_readonly,
     stat_warnings,
@@ -174,7 +175,8 @@ class MailStream(BlockReader):
         self._flags_sql = "0"
 
     def __enter__(self) -> "MailStream":
-        self._conn = open_readonly(self.path, what=WHAT, required=REQUIRED, timeout_s=self.timeout_s)
+        self._conn = open_readonly(self.path, what=WHAT, required=REQUIRED, timeout_s=self.timeout_s,
+                                   io=self.io)
         conn = self._conn
         conn.text_factory = lambda b: b.decode("utf-8", "replace")
         with closed_on_error(conn, WHAT, self.path):
@@ -289,7 +291,7 @@ class MailStream(BlockReader):
         if path is None:
             self.stats["body_missing"] += 1
             return Body()
-        return read_emlx(path)
+        return read_emlx(path, self.io.read if self.io is not None else None)
 
     def _summary(self) -> tuple[pl.DataFrame, list[str]]:
         """Chats that kept a message (a thread of list mail known only by its headers goes) and
@@ -337,17 +339,20 @@ def _frame(rows: list[tuple]) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schema, orient="row").select(list(MESSAGE_SCHEMA.names()))
 
 
-def copy_bodies(version_dir: Path, dest_version_dir: Path, timeout_s: float = 5.0) -> dict[str, int]:
+def copy_bodies(version_dir: Path, dest_version_dir: Path, timeout_s: float = 5.0,
+                io: FileIO | None = None) -> dict[str, int]:
     """Copy the body files of the messages in ``dest_version_dir``'s Envelope Index copy.
 
     The index is copied first (one consistent read); then exactly the bodies its kept messages
     need are copied from the live ``version_dir``, keeping their relative paths. A body that
-    vanished in between is counted, not an error (the message is read without a body).
+    vanished in between is counted, not an error (the message is read without a body). With
+    ``io`` (a sealed snapshot) the index copy is read and the bodies are written through it.
 
     Returns:
         ``mail_bodies`` copied, ``mail_bodies_missing``, ``mail_body_bytes``.
     """
-    conn = open_readonly(dest_version_dir / ENVELOPE_INDEX, what=WHAT, required=REQUIRED, timeout_s=timeout_s)
+    conn = open_readonly(dest_version_dir / ENVELOPE_INDEX, what=WHAT, required=REQUIRED, timeout_s=timeout_s,
+                         io=io)
     try:
         wanted = {r for (r,) in conn.execute(f"SELECT m.ROWID FROM messages m WHERE {_KEPT}")}
     except sqlite3.Error as e:
@@ -361,7 +366,10 @@ def copy_bodies(version_dir: Path, dest_version_dir: Path, timeout_s: float = 5.
         dst = dest_version_dir / src.relative_to(version_dir)
         dst.parent.mkdir(parents=True, exist_ok=True)
         try:
-            shutil.copyfile(src, dst)
+            if io is not None:
+                io.write(dst, src.read_bytes())
+            else:
+                shutil.copyfile(src, dst)
         except OSError:
             counts["mail_bodies_missing"] += 1
             continue

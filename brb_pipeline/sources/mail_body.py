@@ -16,6 +16,7 @@ import email
 import email.policy
 import html
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from email.message import Message
 from html.parser import HTMLParser
@@ -70,14 +71,15 @@ def is_noreply(address: str | None) -> bool:
     return bool(address and _NOREPLY.match(address))
 
 
-def read_emlx(path: Path) -> Body:
+def read_emlx(path: Path, read: Callable[[Path], bytes] | None = None) -> Body:
     """Decode one ``.emlx`` file into a :class:`Body` (never raises on bad content).
 
     Args:
         path: the ``<ROWID>.emlx`` or ``<ROWID>.partial.emlx`` file.
+        read: how to get its bytes (a sealed snapshot copy); None reads the file as it is.
     """
     try:
-        data = Path(path).read_bytes()
+        data = read(Path(path)) if read is not None else Path(path).read_bytes()
     except OSError:
         return Body(broken=True)
     raw = emlx_message(data)

@@ -16,6 +16,11 @@ Layout of ``<dest_dir>/snapshot/``::
     Mail/V10/MailData/Envelope Index  (only when a Mail folder was given, with the .emlx
                                       bodies its messages need, at their relative paths)
     manifest.json                   (sizes, source fingerprints, seconds, warnings)
+
+Given a :class:`~brb_pipeline.sources.sqlite_ro.FileIO` (an encrypted home), each store is backed
+up into an in-memory database whose bytes are written through it (sealed), and so are the Mail
+bodies: no plaintext copy touches the disk. The readers then open the copies through the same
+``io``. The manifest holds sizes, stat fingerprints, counts and paths, no content: it stays plain.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from pathlib import Path
 from brb_pipeline.core.errors import NotADatabaseError, SourceError, SourceMissingError, UnknownSchemaError
 from brb_pipeline.sources.mail import ENVELOPE_INDEX, copy_bodies, locate_envelope_index
 from brb_pipeline.sources.mail import WHAT as MAIL_WHAT
-from brb_pipeline.sources.sqlite_ro import open_readonly, translate_sqlite_error
+from brb_pipeline.sources.sqlite_ro import FileIO, memory_image, open_readonly, translate_sqlite_error
 
 log = logging.getLogger(__name__)
 
@@ -132,15 +137,20 @@ def addressbook_stores(addressbook_dir: Path) -> list[Path]:
     return found
 
 
-def _backup(src: Path, dst: Path, what: str, timeout_s: float) -> int:
-    """Copy ``src`` to ``dst`` through the backup API from a read-only connection; returns bytes."""
+def _backup(src: Path, dst: Path, what: str, timeout_s: float, io: FileIO | None) -> int:
+    """Copy ``src`` to ``dst`` through the backup API from a read-only connection; returns bytes.
+
+    With ``io`` the copy is made in memory and its bytes written through ``io``."""
     conn = open_readonly(src, what=what, timeout_s=timeout_s)
     try:
-        out = sqlite3.connect(dst)
+        out = sqlite3.connect(dst if io is None else ":memory:")
         try:
             conn.backup(out)  # all pages in one step: one consistent read transaction
-            # A WAL-mode source yields a WAL-mode header; make the copy one self-contained file.
-            out.execute("PRAGMA journal_mode=DELETE")
+            if io is None:
+                # A WAL-mode source yields a WAL-mode header; make the copy one self-contained file.
+                out.execute("PRAGMA journal_mode=DELETE")
+            else:
+                io.write(dst, memory_image(out))
         finally:
             out.close()
     except sqlite3.Error as e:
@@ -178,6 +188,7 @@ def take_snapshot(
     whatsapp_db: Path | None,
     timeout_s: float = 5.0,
     mail_dir: Path | None = None,
+    io: FileIO | None = None,
 ) -> Snapshot:
     """Copy the given sources into ``<dest_dir>/snapshot``, replacing the previous snapshot.
 
@@ -193,6 +204,7 @@ def take_snapshot(
         mail_dir: ``~/Library/Mail`` (or its ``V10`` folder), or None: its Envelope Index is
             copied like the other stores, then the bodies of the copied index's messages.
         timeout_s: how long to wait on a source lock before giving up.
+        io: write the copies through this (sealed); None writes plain SQLite files.
 
     Returns:
         The :class:`Snapshot` (paths point into ``<dest_dir>/snapshot``).
@@ -208,9 +220,9 @@ def take_snapshot(
     _recover(dest_dir)
     tmp = Path(tempfile.mkdtemp(prefix=_TMP_PREFIX, dir=dest_dir))
     try:
-        c = _copy_sources(tmp, chat_db, addressbook_dir, whatsapp_db, timeout_s)
+        c = _copy_sources(tmp, chat_db, addressbook_dir, whatsapp_db, timeout_s, io)
         if mail_index is not None:
-            _copy_mail(mail_index, tmp, timeout_s, c)
+            _copy_mail(mail_index, tmp, timeout_s, c, io)
         manifest = {
             "sizes": c.sizes,
             "fingerprints": c.fingerprints,
@@ -281,35 +293,37 @@ class _Copied:
 
 
 def _copy_sources(
-    tmp: Path, chat_db: Path | None, addressbook_dir: Path | None, whatsapp_db: Path | None, timeout_s: float
+    tmp: Path, chat_db: Path | None, addressbook_dir: Path | None, whatsapp_db: Path | None, timeout_s: float,
+    io: FileIO | None,
 ) -> _Copied:
     """Copy chat.db, the AddressBook stores and WhatsApp (those given) into ``tmp``."""
     c = _Copied()
     if chat_db is not None:
         src = Path(chat_db).expanduser()
         c.fingerprints["chat_db"] = source_fingerprint(src)
-        c.sizes["chat.db"] = _backup(src, tmp / "chat.db", "chat.db", timeout_s)
-    _copy_addressbook(addressbook_dir, tmp, timeout_s, c)
+        c.sizes["chat.db"] = _backup(src, tmp / "chat.db", "chat.db", timeout_s, io)
+    _copy_addressbook(addressbook_dir, tmp, timeout_s, c, io)
     if whatsapp_db is not None:
         src = Path(whatsapp_db).expanduser()
         c.fingerprints["whatsapp_db"] = source_fingerprint(src)
         c.sizes["ChatStorage.sqlite"] = _backup(
-            src, tmp / "ChatStorage.sqlite", "WhatsApp ChatStorage.sqlite", timeout_s
+            src, tmp / "ChatStorage.sqlite", "WhatsApp ChatStorage.sqlite", timeout_s, io
         )
     return c
 
 
-def _copy_mail(mail_index: Path, tmp: Path, timeout_s: float, c: _Copied) -> None:
+def _copy_mail(mail_index: Path, tmp: Path, timeout_s: float, c: _Copied, io: FileIO | None) -> None:
     """Copy Mail's Envelope Index like the other stores, then the bodies its messages need."""
     version = mail_index.parent.parent
     rel = Path("Mail") / version.name / ENVELOPE_INDEX
     c.fingerprints["mail_db"] = source_fingerprint(mail_index)
     (tmp / rel).parent.mkdir(parents=True)
-    c.sizes[str(rel)] = _backup(mail_index, tmp / rel, MAIL_WHAT, timeout_s)
-    c.counts.update(copy_bodies(version, tmp / "Mail" / version.name, timeout_s))
+    c.sizes[str(rel)] = _backup(mail_index, tmp / rel, MAIL_WHAT, timeout_s, io)
+    c.counts.update(copy_bodies(version, tmp / "Mail" / version.name, timeout_s, io))
 
 
-def _copy_addressbook(addressbook_dir: Path | None, tmp: Path, timeout_s: float, c: _Copied) -> None:
+def _copy_addressbook(addressbook_dir: Path | None, tmp: Path, timeout_s: float, c: _Copied,
+                      io: FileIO | None) -> None:
     """Copy every readable AddressBook store into ``tmp/AddressBook``; a missing folder or an
     unreadable store is a counted warning in ``c``, not an error."""
     stores = []
@@ -330,7 +344,7 @@ def _copy_addressbook(addressbook_dir: Path | None, tmp: Path, timeout_s: float,
         rel = Path("AddressBook") / store.relative_to(ab_root)
         (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
         try:
-            c.sizes[str(rel)] = _backup(store, tmp / rel, "AddressBook", timeout_s)
+            c.sizes[str(rel)] = _backup(store, tmp / rel, "AddressBook", timeout_s, io)
         except (NotADatabaseError, UnknownSchemaError):
             c.counts["addressbook_skipped"] += 1
             c.warnings.append(f"Snapshot - skipped unreadable AddressBook store {store}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Set
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -22,12 +23,36 @@ from brb_pipeline.core.records import MESSAGE_SCHEMA, ReadResult
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
+@dataclass(frozen=True)
+class FileIO:
+    """How the snapshot's own files are read and written when they are not plain files (an
+    encrypted home seals them; the pipeline passes one in, None means plain files).
+
+    Attributes:
+        read: ``read(path) -> bytes``, the file's plaintext.
+        write: ``write(path, data)``, atomically.
+    """
+
+    read: Callable[[Path], bytes]
+    write: Callable[[Path, bytes], None]
+
+
+def memory_image(conn: sqlite3.Connection) -> bytearray:
+    """The bytes of an in-memory database, marked as a rollback-journal one: a copy of a WAL-mode
+    source says WAL in its header (bytes 18-19), which an in-memory database cannot open."""
+    image = bytearray(conn.serialize())
+    if image[18:20] == b"\x02\x02":
+        image[18:20] = b"\x01\x01"  # what PRAGMA journal_mode=DELETE writes into a file's header
+    return image
+
+
 def open_readonly(
     path: str | Path,
     *,
     what: str = "database",
     required: Mapping[str, Set[str]] | None = None,
     timeout_s: float = 5.0,
+    io: FileIO | None = None,
 ) -> sqlite3.Connection:
     """Open an SQLite file with ``mode=ro`` and check it looks like what we expect.
 
@@ -36,6 +61,8 @@ def open_readonly(
         what: how to name it in errors ("chat.db", "AddressBook", ...).
         required: table name -> columns that must exist (by name; column order is ignored).
         timeout_s: how long to wait on a lock before giving up.
+        io: read the file through this (a sealed snapshot copy): its plaintext is opened as an
+            in-memory database, never written to disk.
 
     Raises:
         SourceMissingError, NotADatabaseError, DatabaseLockedError, UnknownSchemaError.
@@ -46,17 +73,26 @@ def open_readonly(
     if p.is_dir():
         raise NotADatabaseError(f"{what} at {p} is a folder, not an SQLite file")
     try:
-        with p.open("rb") as fh:
-            head = fh.read(16)
+        data = io.read(p) if io is not None else None
+        if data is None:
+            with p.open("rb") as fh:
+                head = fh.read(16)
+        else:
+            head = data[:16]
     except PermissionError as e:
         raise SourceMissingError(
             f"{what} at {p} is not readable ({e.strerror}); on macOS grant Full Disk Access to your terminal"
         ) from None
     if head != _SQLITE_MAGIC:
         raise NotADatabaseError(f"{what} at {p} is not an SQLite database")
-    uri = p.resolve().as_uri() + "?mode=ro"
     try:
-        conn = sqlite3.connect(uri, uri=True, timeout=timeout_s, check_same_thread=False)
+        if data is not None:
+            conn = sqlite3.connect(":memory:", check_same_thread=False)
+            conn.deserialize(data)
+            del data
+        else:
+            conn = sqlite3.connect(p.resolve().as_uri() + "?mode=ro", uri=True, timeout=timeout_s,
+                                   check_same_thread=False)
         conn.execute("PRAGMA query_only = ON")
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     except sqlite3.OperationalError as e:
@@ -121,6 +157,7 @@ class BlockReader:
         progress: called as ``progress(rows_done, rows_total)`` after each block.
         chunk_rows: source rows fetched per block (bounds memory held in Python tuples).
         timeout_s: how long to wait on a lock when opening.
+        io: how to read a sealed snapshot copy (see :class:`FileIO`); None for a plain file.
     """
 
     def __init__(
@@ -132,6 +169,7 @@ class BlockReader:
         progress: Callable[[int, int], None] | None = None,
         chunk_rows: int = 10_000,
         timeout_s: float = 5.0,
+        io: FileIO | None = None,
     ) -> None:
         self.path = Path(path).expanduser()
         self.region = default_region
@@ -139,6 +177,7 @@ class BlockReader:
         self.progress = progress
         self.chunk_rows = chunk_rows
         self.timeout_s = timeout_s
+        self.io = io
         self._conn: sqlite3.Connection | None = None
         self._done = False
 

@@ -139,7 +139,8 @@ class WhatsAppStream(BlockReader):
         self.seen: set[str] = set()  # those of them already given out
 
     def __enter__(self) -> "WhatsAppStream":
-        self._conn = open_readonly(self.path, what=WHAT, required=REQUIRED, timeout_s=self.timeout_s)
+        self._conn = open_readonly(self.path, what=WHAT, required=REQUIRED, timeout_s=self.timeout_s,
+                                   io=self.io)
         conn = self._conn
         conn.text_factory = lambda b: b.decode("utf-8", "replace")
         with closed_on_error(conn, WHAT, self.path):

@@ -62,17 +62,23 @@ def _key_for_sealed(path: Path) -> bytes:
     return key
 
 
-def read_bytes(path: Path) -> bytes:
-    """The plaintext content of ``path``."""
+def read_bytes(path: Path, *, key: bytes | None = None) -> bytes:
+    """The plaintext content of ``path``.
+
+    Args:
+        key: the home's key when the caller holds it: for a file deeper under the home than
+            :func:`file_key` looks (a snapshot's Mail bodies).
+    """
     path = Path(path)
     raw = path.read_bytes()
-    return unseal(_key_for_sealed(path), raw, what=str(path)) if is_sealed(raw) else raw
+    return unseal(key or _key_for_sealed(path), raw, what=str(path)) if is_sealed(raw) else raw
 
 
-def write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically, sealed when its home is encrypted."""
+def write_bytes(path: Path, data: bytes, *, key: bytes | None = None) -> None:
+    """Write ``data`` to ``path`` atomically, sealed when its home is encrypted (or under ``key``,
+    as for :func:`read_bytes`)."""
     path = Path(path)
-    key = file_key(path)
+    key = key if key is not None else file_key(path)
     _atomic_write(path, seal(key, data) if key is not None else data)
 
 
@@ -81,6 +87,8 @@ def _atomic_write(path: Path, data: bytes) -> None:
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
         f.write(data)
+        f.flush()
+        os.fsync(f.fileno())  # the new content is on disk before the rename makes it the file
     tmp.replace(path)
 
 

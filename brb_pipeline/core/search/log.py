@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
 from brb_pipeline.core.errors import StoreError
+from brb_pipeline.core.metadata import open_db
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS search_log (
@@ -28,13 +30,15 @@ CREATE TABLE IF NOT EXISTS search_log (
 """
 
 
-def _open(db_path: Path) -> sqlite3.Connection:
-    try:
-        con = sqlite3.connect(db_path, timeout=5.0)
-        con.execute(_DDL)
-    except sqlite3.DatabaseError as exc:
-        raise StoreError(f"cannot write the search log in {Path(db_path).name}: {exc}") from None
-    return con
+@contextmanager
+def _open(db_path: Path) -> Iterator[sqlite3.Connection]:
+    """brb.db with the search log table (see :func:`brb_pipeline.core.metadata.open_db`)."""
+    with open_db(Path(db_path), timeout_s=5.0) as con:
+        try:
+            con.execute(_DDL)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot write the search log in {Path(db_path).name}: {exc}") from None
+        yield con
 
 
 def log_search(
@@ -55,40 +59,33 @@ def log_search(
         latency_ms: end-to-end search time in milliseconds.
     """
     ts = (ts or datetime.now(timezone.utc)).astimezone(timezone.utc)
-    con = _open(db_path)
-    try:
-        with con:
-            cur = con.execute(
-                "INSERT INTO search_log (ts, query, mode, model, contact_ids, results, latency_ms) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    ts.isoformat(timespec="milliseconds"),
-                    query,
-                    mode,
-                    model,
-                    json.dumps(list(contact_ids)),
-                    json.dumps([[cid, round(float(s), 6)] for cid, s in results]),
-                    float(latency_ms),
-                ),
-            )
+    with _open(db_path) as con:
+        cur = con.execute(
+            "INSERT INTO search_log (ts, query, mode, model, contact_ids, results, latency_ms) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                ts.isoformat(timespec="milliseconds"),
+                query,
+                mode,
+                model,
+                json.dumps(list(contact_ids)),
+                json.dumps([[cid, round(float(s), 6)] for cid, s in results]),
+                float(latency_ms),
+            ),
+        )
         return int(cur.lastrowid)
-    finally:
-        con.close()
 
 
 def read_log(db_path: Path, limit: int = 50) -> list[dict]:
     """The latest ``limit`` searches, newest first, JSON columns decoded."""
     if not Path(db_path).exists():
         return []
-    con = _open(db_path)
-    try:
+    with _open(db_path) as con:
         rows = con.execute(
             "SELECT id, ts, query, mode, model, contact_ids, results, latency_ms FROM search_log "
             "ORDER BY id DESC LIMIT ?",
             (int(limit),),
         ).fetchall()
-    finally:
-        con.close()
     return [
         {
             "id": r[0], "ts": r[1], "query": r[2], "mode": r[3], "model": r[4],
@@ -103,11 +100,8 @@ def clear_log(db_path: Path) -> int:
     """Delete every logged search. Returns rows deleted."""
     if not Path(db_path).exists():
         return 0
-    con = _open(db_path)
-    try:
-        with con:
-            n = con.execute("DELETE FROM search_log").rowcount
+    with _open(db_path) as con:
+        n = con.execute("DELETE FROM search_log").rowcount
+        con.commit()
         con.execute("VACUUM")  # the queries are the user's words: do not leave them in free pages
         return int(n)
-    finally:
-        con.close()
