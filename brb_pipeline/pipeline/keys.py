@@ -34,8 +34,9 @@ MARKER = "encryption.json"
 CIPHER = "AES-256-GCM"
 ENV_KEY = "BRB_KEY"
 KEYRING_SERVICE = "brb-pipeline data key"
-#: How far above a file its home's encryption.json is looked for (home/staging/chunks/x.parquet).
-_MAX_DEPTH = 5
+#: How far above a file its home's encryption.json is looked for: far enough for any file of a
+#: home (a Mail body lies eight folders down), so no file of an encrypted home is written plain.
+_MAX_DEPTH = 64
 
 
 def marker_path(home: Path) -> Path:
