@@ -3,10 +3,10 @@
 Dagster keeps every materialization's and check's metadata in its event log
 (``<home>/dagster/history``, plain SQLite outside the home's key). In an encrypted home only
 counts, ratios, timings and flags go there, plus the text of the keys in :data:`SAFE_TEXT`
-(settings, model ids, methods, batch keys, timestamps: no message text, no name, no handle).
-Everything else textual is dropped: the ``people`` table of who is in which batch, the cluster
-labels table, the map preview (its labels drawn in), skip reasons that could quote a label.
-A plaintext home keeps its metadata as it is.
+(settings, model ids, methods, fixed skip reasons, batch keys, timestamps: no message text, no
+name, no handle). Everything else textual is dropped: the ``people`` table of who is in which
+batch, the cluster labels table, and any text a stage adds later until it is listed here. A
+plaintext home keeps its metadata as it is.
 """
 
 from typing import Any
@@ -20,8 +20,9 @@ from brb_pipeline.settings import Settings
 #: text or identities: batch keys are ``batch-000``, models ``name@hash``, methods fixed words).
 SAFE_TEXT = frozenset({
     "channels", "first_ts", "last_ts", "changed", "batches_processed", "brb_run",
-    "reason", "refit_reason", "method", "embedding_model", "embedding_device", "model_id",
-    "labeler", "labeler_kind", "languages", "map", "kind",
+    "reason", "refit_reason", "method", "layout_method", "embedding_model", "embedding_device", "model",
+    "model_id", "labeler", "labeler_kind", "languages", "map",
+    "param_metric", "param_ignore", "param_stemmer", "param_stopwords",
 })
 
 
