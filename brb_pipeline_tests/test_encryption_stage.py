@@ -120,7 +120,7 @@ def test_the_stages_read_their_sealed_inputs_as_the_plaintext_run_did(homes):
 
 def _kv(path: Path) -> dict:
     """A Parquet file's key-value metadata, less the layout's random fit id (one per run)."""
-    kv = dict(files.read_parquet_schema(path).metadata or {})
+    kv = dict(files.parquet_file(path).metadata.metadata or {})
     if b"brb.insights" in kv:
         info = json.loads(kv[b"brb.insights"])
         info.pop("fit_id", None)
@@ -196,6 +196,8 @@ def test_dagster_keeps_no_label_name_or_handle_of_an_encrypted_home(homes):
     for asset in ("contact_batches", "cluster_labels", "insights_map", "batch_topics", "parsed_messages"):
         assert _latest_meta(enc, asset)  # materialized, with counts
     assert _latest_meta(enc, "parsed_messages")["messages"] == _latest_meta(plain, "parsed_messages")["messages"]
+    assert _latest_meta(enc, "projection")["method"] == _latest_meta(plain, "projection")["method"] == "refit"
+    assert "people" not in _latest_meta(enc, "contact_batches") and "people" in _latest_meta(plain, "contact_batches")
     text = _events_text(enc)
     assert [n for n in _all(needles) if _in(n, text)] == []
     # the control: the plaintext home's events hold the people table and the cluster labels
@@ -205,3 +207,30 @@ def test_dagster_keeps_no_label_name_or_handle_of_an_encrypted_home(homes):
     # and the raw files of the encrypted home's Dagster storage hold no name or handle
     found = bytescan.scan(enc.dagster_home, needles["names"] + needles["handles"] + needles["labels"])
     assert found == [], bytescan.summary(found)
+
+
+def test_the_metadata_filter_keeps_numbers_and_listed_settings_only(tmp_path, monkeypatch):
+    import dagster as dg
+
+    from brb_pipeline.assets.results import safe_metadata
+
+    monkeypatch.setenv("BRB_KEY_DIR", str(tmp_path / "keys"))
+    monkeypatch.setenv("BRB_ENCRYPTION", "1")
+    enc = Settings(home=tmp_path / "enc")
+    keys.prepare_home(enc)
+    monkeypatch.setenv("BRB_ENCRYPTION", "0")
+    plain = Settings(home=tmp_path / "plain")
+    keys.prepare_home(plain)
+    meta = {
+        "messages": 12,  # a count: kept
+        "share": 0.25,  # a ratio: kept
+        "skipped": False,  # a flag: kept
+        "first_ts": None,  # nothing yet: kept
+        "method": "refit",  # a listed setting: kept
+        "people": dg.MetadataValue.md("| batch-000 | Ana Lima (3) |"),  # names: dropped
+        "top_label": "Ana's birthday",  # text under a key not listed: dropped
+        "map": dg.MetadataValue.md("..."),  # a listed key, but not plain text: dropped
+        "handles": ["+15551234567"],  # a list: dropped
+    }
+    assert safe_metadata(enc, meta) == {k: meta[k] for k in ("messages", "share", "skipped", "first_ts", "method")}
+    assert safe_metadata(plain, meta) == meta

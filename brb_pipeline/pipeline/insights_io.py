@@ -15,6 +15,7 @@ import pyarrow as pa
 from brb_pipeline.core.crypto import files
 from brb_pipeline.core.errors import StoreError
 from brb_pipeline.core.store import duck
+from brb_pipeline.pipeline.paths import atomic_write_parquet
 from brb_pipeline.pipeline.store import GENERATION
 from brb_pipeline.settings import Settings
 
@@ -84,9 +85,7 @@ def _read_vectors(con: Any, rowids: np.ndarray, block: int = 8192) -> np.ndarray
 def write_with_info(frame: pl.DataFrame, path: Path, info: dict[str, Any]) -> None:
     """Write ``frame`` with ``info`` as its :data:`META_KEY` metadata, via a temp file and rename
     (sealed in an encrypted home)."""
-    table = frame.to_arrow()
-    meta = {**(table.schema.metadata or {}), META_KEY.encode(): json.dumps(info, sort_keys=True).encode()}
-    files.write_parquet(table.replace_schema_metadata(meta), path)
+    atomic_write_parquet(frame, path, metadata={META_KEY: json.dumps(info, sort_keys=True)})
 
 
 def read_with_info(path: Path) -> tuple[pl.DataFrame | None, dict[str, Any]]:
@@ -95,10 +94,10 @@ def read_with_info(path: Path) -> tuple[pl.DataFrame | None, dict[str, Any]]:
     if not path.exists():
         return None, {}
     try:
-        table = files.read_arrow(path)  # one read (one decryption) for the rows and the metadata
-        raw = (table.schema.metadata or {}).get(META_KEY.encode())
+        pf = files.parquet_file(path)  # one read (one decryption) for the metadata and the rows
+        raw = (pf.metadata.metadata or {}).get(META_KEY.encode())
         info = json.loads(raw) if raw else {}
-        frame = pl.from_arrow(table)
+        frame = pl.from_arrow(pf.read())
     except (OSError, ValueError, pa.ArrowException, pl.exceptions.PolarsError) as e:
         log.warning("Insights - %s unreadable (%s), recomputing it", path.name, type(e).__name__)
         return None, {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -130,10 +131,19 @@ def dagster_run_files(s: Settings, run_id: str) -> Path:
     return s.dagster_home / "storage" / run_id
 
 
-def atomic_write_parquet(frame, path: Path) -> None:
+def atomic_write_parquet(frame: pl.DataFrame, path: Path, metadata: dict[str, str] | None = None) -> None:
     """Write a polars frame to ``path`` via a temp file and rename (readers never see half a
-    file); sealed when the home is encrypted (:func:`brb_pipeline.core.crypto.files.write_parquet`)."""
-    files.write_parquet(frame, path)
+    file), sealed when the home is encrypted (:func:`brb_pipeline.core.crypto.files.write_bytes`).
+
+    Polars' own writer makes the bytes: a plaintext home's files stay what they were (pyarrow's
+    writer made a 200K-message file 19% larger and 30% slower to write).
+
+    Args:
+        metadata: Parquet key-value metadata to store with the file.
+    """
+    buf = io.BytesIO()
+    frame.write_parquet(buf, compression="zstd", statistics=True, metadata=metadata)
+    files.write_bytes(path, buf.getvalue())
 
 
 @contextmanager
