@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from brb_pipeline.cli_insights import insights_command
 from brb_pipeline.cli_keys import encryption_override, no_encryption_opt, rekey_command
 from brb_pipeline.cli_profile import profile_command
 from brb_pipeline.cli_output import MAIL_WARNING, WHATSAPP_WARNING, search_text, status_dict, status_lines
@@ -267,31 +268,6 @@ def status(as_json, home):
 
 
 @main.command()
-@click.option("--open", "open_", is_flag=True, help="Open the map in a browser.")
-@click.option("--refit", is_flag=True,
-              help="Redraw the map now with a full PCA -> UMAP -> HDBSCAN refit (ingests only place small changes).")
-@home_opt
-def insights(open_, refit, home):
-    """Print (or open) the path of the interactive conversation map."""
-    s = _settings(home)
-    if refit:
-        from brb_pipeline.pipeline.insights import run_insights
-
-        res = run_insights(s, refit=True)
-        took = sum(float(m.get("seconds", 0)) for m in res.values())
-        click.echo(f"brb: map refitted: {res['projection']['chunks']:,} chunks, "
-                   f"{res['insights_map']['clusters']} clusters in {took:.0f} s", err=True)
-    m = s.insights_dir / "map.html"
-    if not m.exists():
-        raise BrbError(f"no insights map in {s.insights_dir}: run `brb ingest` (or `brb demo`) first")
-    if open_:
-        import webbrowser
-
-        webbrowser.open(m.as_uri())
-    click.echo(str(m))
-
-
-@main.command()
 @click.option("--port", default=3000, show_default=True)
 @home_opt
 def ui(port, home):
@@ -443,6 +419,7 @@ def delete_all_cmd(yes, home):
 
 
 main.add_command(profile_command(home_opt, _settings))
+main.add_command(insights_command(home_opt, _settings))
 main.add_command(rekey_command(home_opt, _settings))
 
 

@@ -6,6 +6,7 @@ import dagster as dg
 from brb_pipeline.assets.groups import PER_BATCH, contact_batches_partitions
 from brb_pipeline.assets.ingest import contact_batches
 from brb_pipeline.assets.resources import BrbSettings, Runtime
+from brb_pipeline.assets.results import materialized
 from brb_pipeline.core import faults
 from brb_pipeline.pipeline import embed
 
@@ -20,7 +21,7 @@ def batch_chunks(context: dg.AssetExecutionContext, brb: BrbSettings,
     prefix = runtime.embedder(s).document_prefix
     meta = embed.run_chunk(s, context.partition_key, prefix, progress=runtime.batches)
     faults.point("chunks_written")
-    return dg.MaterializeResult(metadata=meta)
+    return materialized(s, meta)
 
 
 @dg.asset(group_name=PER_BATCH, partitions_def=contact_batches_partitions, deps=[batch_chunks],
@@ -32,4 +33,4 @@ def batch_embeddings(context: dg.AssetExecutionContext, brb: BrbSettings,
     key = context.partition_key
     meta = embed.run_embed(s, key, runtime.embedder(s), progress=runtime.batches.embedding(key),
                            cancel=runtime.cancel, reuse=not runtime.reembed)
-    return dg.MaterializeResult(metadata=meta)
+    return materialized(s, meta)

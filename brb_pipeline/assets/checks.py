@@ -9,21 +9,18 @@ import dagster as dg
 from brb_pipeline.assets.ingest import parsed_messages
 from brb_pipeline.assets.insights import clusters
 from brb_pipeline.assets.resources import BrbSettings
+from brb_pipeline.assets.results import checked
 from brb_pipeline.assets.store import chunk_store, text_index, vector_index
 from brb_pipeline.core import checks, metadata
 from brb_pipeline.core.store import duck
 from brb_pipeline.pipeline import paths
 
 
-def _result(ok: bool, details: dict, severity: dg.AssetCheckSeverity) -> dg.AssetCheckResult:
-    return dg.AssetCheckResult(passed=ok, severity=severity, metadata=details)
-
-
 @dg.asset_check(asset=parsed_messages,
                 description="At most 1% of messages have an attributedBody that decoded to nothing.")
 def undecodable_messages(brb: BrbSettings) -> dg.AssetCheckResult:
     s = brb.load()
-    return _result(*checks.undecodable_share(paths.parsed_messages(s)), dg.AssetCheckSeverity.WARN)
+    return checked(s, *checks.undecodable_share(paths.parsed_messages(s)), dg.AssetCheckSeverity.WARN)
 
 
 def _store_check(brb: BrbSettings, fn, severity=dg.AssetCheckSeverity.ERROR):
@@ -32,7 +29,7 @@ def _store_check(brb: BrbSettings, fn, severity=dg.AssetCheckSeverity.ERROR):
     target = paths.store_next(s) if paths.store_next(s).exists() else s.duckdb_path
     con = duck.connect(target, read_only=True)
     try:
-        return _result(*fn(s, con), severity)
+        return checked(s, *fn(s, con), severity)
     finally:
         con.close()
 
@@ -75,7 +72,8 @@ def bm25_covers_store(brb: BrbSettings) -> dg.AssetCheckResult:
 @dg.asset_check(asset=clusters,
                 description="At most 35% of chunks stay unclustered after noise reassignment.")
 def cluster_noise_share(brb: BrbSettings) -> dg.AssetCheckResult:
-    return _result(*checks.noise_share(paths.clusters(brb.load())), dg.AssetCheckSeverity.WARN)
+    s = brb.load()
+    return checked(s, *checks.noise_share(paths.clusters(s)), dg.AssetCheckSeverity.WARN)
 
 
 ALL_CHECKS = [undecodable_messages, chunk_count_sanity, vectors_are_valid, single_embedding_model,

@@ -5,6 +5,7 @@ import dagster as dg
 
 from brb_pipeline.assets.groups import INGEST, contact_batches_partitions
 from brb_pipeline.assets.resources import BrbSettings, Runtime
+from brb_pipeline.assets.results import materialized
 from brb_pipeline.core import faults
 from brb_pipeline.pipeline import ingest
 
@@ -15,24 +16,27 @@ def source_snapshot(context: dg.AssetExecutionContext, brb: BrbSettings,
     """A consistent read-only copy of chat.db (with WAL content), the AddressBook and, when
     enabled, the WhatsApp store, in ``<home>/snapshot``."""
     runtime.cancel.check()
-    meta = ingest.run_snapshot(brb.load(), runtime.progress_for(context))
+    s = brb.load()
+    meta = ingest.run_snapshot(s, runtime.progress_for(context))
     faults.point("snapshot_copied")
-    return dg.MaterializeResult(metadata=meta)
+    return materialized(s, meta)
 
 
 @dg.asset(group_name=INGEST, deps=[source_snapshot], kinds={"polars", "parquet"})
 def parsed_messages(context: dg.AssetExecutionContext, brb: BrbSettings,
                     runtime: dg.ResourceParam[Runtime]) -> dg.MaterializeResult:
     """Every enabled channel's messages in one normalized frame (tapbacks folded, text decoded)."""
-    meta = ingest.run_parse(brb.load(), runtime.progress_for(context), runtime.cancel)
+    s = brb.load()
+    meta = ingest.run_parse(s, runtime.progress_for(context), runtime.cancel)
     faults.point("parsed")
-    return dg.MaterializeResult(metadata=meta)
+    return materialized(s, meta)
 
 
 @dg.asset(group_name=INGEST, deps=[parsed_messages], kinds={"sqlite"})
 def contacts(brb: BrbSettings) -> dg.MaterializeResult:
     """Contacts with AddressBook names and per-contact stats in brb.db."""
-    return dg.MaterializeResult(metadata=ingest.run_contacts(brb.load()))
+    s = brb.load()
+    return materialized(s, ingest.run_contacts(s))
 
 
 @dg.asset(group_name=INGEST, deps=[contacts], kinds={"sqlite"})
@@ -53,4 +57,4 @@ def contact_batches(context: dg.AssetExecutionContext, brb: BrbSettings,
         context.instance.delete_dynamic_partition(name, stale)
     meta["changed"] = ", ".join(changed) if changed else "none"
     meta["people"] = dg.MetadataValue.md(meta["people"])
-    return dg.MaterializeResult(metadata=meta)
+    return materialized(s, meta)

@@ -10,6 +10,7 @@ import dagster as dg
 
 from brb_pipeline.assets.groups import INSIGHTS
 from brb_pipeline.assets.resources import BrbSettings, Runtime
+from brb_pipeline.assets.results import materialized
 from brb_pipeline.assets.store import text_index, vector_index
 from brb_pipeline.pipeline import insights
 
@@ -33,8 +34,8 @@ class LayoutConfig(dg.Config):
 def projection(context: dg.AssetExecutionContext, config: LayoutConfig, brb: BrbSettings,
                runtime: dg.ResourceParam[Runtime]) -> dg.MaterializeResult:
     """PCA (embedding dim -> 50) then UMAP to 2-D and 3-D, seeded; a small change is placed instead."""
-    meta = _run(context, runtime, insights.run_projection, brb.load(), refit=config.refit)
-    return dg.MaterializeResult(metadata=meta)
+    s = brb.load()
+    return materialized(s, _run(context, runtime, insights.run_projection, s, refit=config.refit))
 
 
 @dg.asset(group_name=INSIGHTS, deps=[projection], kinds={"hdbscan"})
@@ -42,8 +43,8 @@ def clusters(context: dg.AssetExecutionContext, config: LayoutConfig, brb: BrbSe
              runtime: dg.ResourceParam[Runtime]) -> dg.MaterializeResult:
     """HDBSCAN on the 2-D layout (similar clusters merged, close noise reassigned, ids stable), or
     the neighbours' cluster for placed chunks."""
-    meta = _run(context, runtime, insights.run_clusters, brb.load(), refit=config.refit)
-    return dg.MaterializeResult(metadata=meta)
+    s = brb.load()
+    return materialized(s, _run(context, runtime, insights.run_clusters, s, refit=config.refit))
 
 
 @dg.asset(group_name=INSIGHTS, deps=[clusters], kinds={"sklearn"})
@@ -52,23 +53,21 @@ def cluster_labels(context: dg.AssetExecutionContext, brb: BrbSettings,
     """A short readable label per cluster (c-TF-IDF re-ranked by the embedding model, or mlx-lm
     with a local model)."""
     s = brb.load()
-    meta = _run(context, runtime, insights.run_labels, s, embedder=runtime.embedder(s))
-    return dg.MaterializeResult(metadata=meta)
+    return materialized(s, _run(context, runtime, insights.run_labels, s, embedder=runtime.embedder(s)))
 
 
 @dg.asset(group_name=INSIGHTS, deps=[cluster_labels], kinds={"plotly"})
 def insights_map(context: dg.AssetExecutionContext, brb: BrbSettings,
                  runtime: dg.ResourceParam[Runtime]) -> dg.MaterializeResult:
-    """The interactive conversation map (2-D and 3-D HTML) and its PNG preview."""
-    meta = _run(context, runtime, insights.run_map, brb.load())
-    md = meta.pop("summary_markdown")
-    png = Path(meta["png"])
-    preview = ""
-    if png.exists() and png.stat().st_size < 2_000_000:
-        preview = f"![map](data:image/png;base64,{base64.b64encode(png.read_bytes()).decode()})"
-    return dg.MaterializeResult(metadata={
-        **meta,
-        "html": dg.MetadataValue.path(meta["html"]),
-        "clusters_table": dg.MetadataValue.md(md),
-        "preview": dg.MetadataValue.md(preview or "(no preview)"),
-    })
+    """The interactive conversation map (2-D and 3-D HTML) and its PNG preview (an encrypted home
+    keeps neither: ``brb insights --open`` draws them when opened)."""
+    s = brb.load()
+    meta = _run(context, runtime, insights.run_map, s)
+    meta["clusters_table"] = dg.MetadataValue.md(meta.pop("summary_markdown"))
+    if "html" in meta:
+        png = Path(meta["png"])
+        preview = ""
+        if png.exists() and png.stat().st_size < 2_000_000:
+            preview = f"![map](data:image/png;base64,{base64.b64encode(png.read_bytes()).decode()})"
+        meta.update(html=dg.MetadataValue.path(meta["html"]), preview=dg.MetadataValue.md(preview or "(no preview)"))
+    return materialized(s, meta)

@@ -13,6 +13,7 @@ import dagster as dg
 from pydantic import Field
 
 from brb_pipeline.assets.resources import BrbSettings, Runtime
+from brb_pipeline.assets.results import safe_metadata
 from brb_pipeline.core.errors import BrbError
 from brb_pipeline.core.progress import CancelToken, LoggerSink, Progress
 from brb_pipeline.settings import Settings
@@ -62,13 +63,13 @@ def backfill_contact_op(context: dg.OpExecutionContext, config: ContactBackfillC
     except BrbError as e:  # the UI shows the description, not a traceback
         raise dg.Failure(description=f"brb: error: {e}", allow_retries=False) from None
     # batch keys and counts only: the person's name is in the run config, never in metadata
-    return dg.Output(None, metadata={
+    return dg.Output(None, metadata=safe_metadata(s, {
         "batches_processed": ", ".join(summary["batches_processed"]) or "none",
         "chunks": summary["chunks"],
         "store_changed": summary["store_changed"],
         "brb_run": summary["run_id"],
         "seconds": summary["timings"].get("total", 0.0),
-    })
+    }))
 
 
 @dg.job(name="contact_backfill_job",

@@ -6,6 +6,7 @@ import dagster as dg
 from brb_pipeline.assets.batches import batch_chunks
 from brb_pipeline.assets.groups import PER_BATCH, contact_batches_partitions
 from brb_pipeline.assets.resources import BrbSettings, Runtime
+from brb_pipeline.assets.results import materialized
 from brb_pipeline.pipeline import memory
 
 
@@ -18,7 +19,7 @@ def batch_topics(context: dg.AssetExecutionContext, brb: BrbSettings,
     when no model is configured."""
     runtime.cancel.check()
     s = brb.load()
-    return dg.MaterializeResult(metadata=memory.run_topics(s, context.partition_key, runtime.generator(s)))
+    return materialized(s, memory.run_topics(s, context.partition_key, runtime.generator(s)))
 
 
 @dg.asset(group_name=PER_BATCH, partitions_def=contact_batches_partitions, deps=[batch_topics],
@@ -28,4 +29,4 @@ def person_profiles(context: dg.AssetExecutionContext, brb: BrbSettings,
     """Each person's profile (relationship, tone, recurring topics, explicit commitments) derived
     from their topics only, in ``staging/profiles/batch=<key>.parquet``."""
     s = brb.load()
-    return dg.MaterializeResult(metadata=memory.run_profiles(s, context.partition_key, runtime.generator(s)))
+    return materialized(s, memory.run_profiles(s, context.partition_key, runtime.generator(s)))

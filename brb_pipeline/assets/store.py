@@ -7,6 +7,7 @@ from brb_pipeline.assets.batches import batch_embeddings
 from brb_pipeline.assets.groups import DUCKDB_POOL, STORE
 from brb_pipeline.assets.memory import batch_topics, person_profiles
 from brb_pipeline.assets.resources import BrbSettings, Runtime
+from brb_pipeline.assets.results import materialized
 from brb_pipeline.pipeline import store
 
 
@@ -18,7 +19,8 @@ def chunk_store(context: dg.AssetExecutionContext, brb: BrbSettings,
     INSERT ... read_parquet, with the topics and profiles tables; the copy replaces the store once
     both indexes are built in it."""
     runtime.cancel.check()
-    return dg.MaterializeResult(metadata=store.run_load(brb.load(), runtime.progress_for(context)))
+    s = brb.load()
+    return materialized(s, store.run_load(s, runtime.progress_for(context)))
 
 
 @dg.asset(group_name=STORE, deps=[chunk_store], pool=DUCKDB_POOL, kinds={"duckdb"})
@@ -26,12 +28,13 @@ def vector_index(context: dg.AssetExecutionContext, brb: BrbSettings,
                  runtime: dg.ResourceParam[Runtime]) -> dg.MaterializeResult:
     """HNSW (cosine) index over the embeddings, built once after the load (in the copy; the second
     index to finish publishes it)."""
-    return dg.MaterializeResult(metadata=store.run_vector_index(brb.load(), progress=runtime.progress_for(context),
-                                                                 embedder=runtime.embedder))
+    s = brb.load()
+    return materialized(s, store.run_vector_index(s, progress=runtime.progress_for(context), embedder=runtime.embedder))
 
 
 @dg.asset(group_name=STORE, deps=[chunk_store], pool=DUCKDB_POOL, kinds={"duckdb"})
 def text_index(context: dg.AssetExecutionContext, brb: BrbSettings,
                runtime: dg.ResourceParam[Runtime]) -> dg.MaterializeResult:
     """BM25 full-text index over chunk text, keeping digits and non-Latin letters."""
-    return dg.MaterializeResult(metadata=store.run_text_index(brb.load(), progress=runtime.progress_for(context)))
+    s = brb.load()
+    return materialized(s, store.run_text_index(s, progress=runtime.progress_for(context)))

@@ -11,6 +11,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
+from brb_pipeline.core.crypto import files
 from brb_pipeline.core.store.duck import table_exists
 from brb_pipeline.core.store.index import index_status
 
@@ -19,7 +20,7 @@ Result = tuple[bool, dict[str, Any]]
 
 def undecodable_share(parsed_messages: Path, *, max_share: float = 0.01) -> Result:
     """Share of messages whose attributedBody yielded no text (a decoder regression shows here)."""
-    df = pl.scan_parquet(parsed_messages).select(
+    df = files.scan_parquet(parsed_messages).select(
         pl.len().alias("n"), pl.col("undecodable").sum().alias("bad")).collect()
     n, bad = int(df["n"][0]), int(df["bad"][0] or 0)
     share = bad / n if n else 0.0
@@ -70,7 +71,7 @@ def index_complete(con: duckdb.DuckDBPyConnection, kind: str) -> Result:
 
 def noise_share(clusters: Path, *, max_share: float = 0.35) -> Result:
     """Share of chunks left unclustered after noise reassignment."""
-    df = pl.read_parquet(clusters)
+    df = files.read_parquet(clusters)
     n = df.height
     noise = int((df["cluster_id"] < 0).sum()) if n else 0
     share = noise / n if n else 0.0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import shutil
 import time
 from collections.abc import Callable
@@ -15,10 +14,10 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from brb_pipeline.core import faults, metadata
 from brb_pipeline.core.chunking import CHUNK_FORMAT, CHUNK_SCHEMA, ChunkParams, chunk_messages, time_zone_key
+from brb_pipeline.core.crypto import files
 from brb_pipeline.core.errors import CancelledError, StoreError
 from brb_pipeline.core.store.chunks import write_partition
 from brb_pipeline.pipeline import paths
@@ -40,7 +39,7 @@ def batch_messages(s: Settings, batch: str) -> pl.DataFrame:
     src = paths.messages(s)
     if not src.exists():
         raise StoreError(f"no parsed messages in {s.staging_dir}: run `brb ingest` first")
-    return pl.scan_parquet(src).filter(pl.col("batch") == batch).collect()
+    return files.scan_parquet(src).filter(pl.col("batch") == batch).collect()
 
 
 def name_maps(s: Settings) -> tuple[dict[str, str], dict[str, str]]:
@@ -141,7 +140,7 @@ def run_embed(
         return {"skipped": True, "reason": "unchanged since last embedding", "chunks": row.get("chunks") or 0,
                 "embedding_model": row.get("embedding_model"), "seconds": round(time.perf_counter() - t0, 3)}
     src = paths.chunks(s, batch)
-    chunks = pl.read_parquet(src) if src.exists() else pl.DataFrame(schema=CHUNK_SCHEMA)
+    chunks = files.read_parquet(src) if src.exists() else pl.DataFrame(schema=CHUNK_SCHEMA)
     texts = chunks["embedding_text"].to_list()
     config = embed_config(embedder)
     cached = previous_vectors(out, config) if reuse else {}
@@ -149,7 +148,7 @@ def run_embed(
     _embed_new(batch, texts, chunks["contact_id"].to_list(), todo, emb, embedder, progress, cancel)
     retired = retire_vectors(s, batch, cached, texts, config)
     write_partition(s.staging_dir, batch, chunks, emb, embedder.model_id, region=s.default_region)
-    _config_path(out).write_text(config)
+    files.write_text(_config_path(out), config)
     faults.point("partition_written")
     metadata.mark_embedded(s.brb_db, batch, key, embedder.model_id, chunks.height)
     secs = time.perf_counter() - t0
@@ -226,10 +225,10 @@ def _config_path(partition: Path) -> Path:
 def previous_vectors(partition: Path, config: str) -> dict[str, np.ndarray]:
     """embedding_text -> vector from an existing partition file embedded with ``config``."""
     cfg = _config_path(partition)
-    if not partition.exists() or not cfg.exists() or cfg.read_text() != config:
+    if not partition.exists() or _read_text(cfg) != config:
         return {}
     try:
-        table = pq.read_table(partition, columns=["embedding_text", "embedding"])
+        table = files.read_arrow(partition, columns=["embedding_text", "embedding"])
     except (OSError, ValueError, pa.ArrowException):
         return {}  # a damaged file only costs re-embedding
     if table.num_rows == 0:
@@ -298,7 +297,7 @@ def other_vectors(s: Settings, batch: str, wanted: set[str], config: str, dim: i
 def _holds_contact(path: Path, contacts: set[str]) -> bool:
     """Whether a partition file has chunks of any of ``contacts`` (reads its contact_id column)."""
     try:
-        col = pq.read_table(path, columns=["contact_id"]).column("contact_id")
+        col = files.read_arrow(path, columns=["contact_id"]).column("contact_id")
     except (OSError, ValueError, KeyError, pa.ArrowException):
         return False  # unreadable: it could not give vectors either
     return bool(pc.any(pc.is_in(col, value_set=pa.array(sorted(contacts), pa.string()))).as_py())
@@ -307,7 +306,7 @@ def _holds_contact(path: Path, contacts: set[str]) -> bool:
 def _matching_vectors(path: Path, wanted: set[str], dim: int) -> dict[str, np.ndarray]:
     """Vectors of the rows of one Parquet file whose embedding_text is in ``wanted``."""
     try:
-        table = pq.read_table(path, columns=["embedding_text", "embedding"])
+        table = files.read_arrow(path, columns=["embedding_text", "embedding"])
     except (OSError, ValueError, KeyError, pa.ArrowException):
         return {}  # a damaged or foreign file only costs re-embedding
     kind = table.schema.field("embedding").type
@@ -350,20 +349,14 @@ def retire_vectors(s: Settings, batch: str, previous: dict[str, np.ndarray], tex
     path = paths.retired(s, batch)
     if _retired_config(path) == config:
         try:
-            old = pq.read_table(path, columns=["embedding_text", "embedding"])
+            old = files.read_arrow(path, columns=["embedding_text", "embedding"])
             if old.schema.field("embedding").type == table.schema.field("embedding").type:
                 mask = pc.invert(pc.is_in(old.column("embedding_text"), value_set=table.column("embedding_text")))
                 table = pa.concat_tables([table, old.filter(mask).select(table.schema.names)])
         except (OSError, ValueError, KeyError, pa.ArrowException):
             pass  # a damaged cache is replaced
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        pq.write_table(table.replace_schema_metadata({_RETIRED_CONFIG: config.encode()}), tmp,
-                       compression="snappy", use_dictionary=False)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    files.write_parquet(table.replace_schema_metadata({_RETIRED_CONFIG: config.encode()}), path,
+                        compression="snappy", use_dictionary=False)
     return len(gone)
 
 
@@ -378,7 +371,7 @@ def drop_retired(s: Settings) -> int:
 
 def _retired_config(path: Path) -> str | None:
     try:
-        md = pq.read_schema(path).metadata or {}
+        md = files.read_parquet_schema(path).metadata or {}
     except (OSError, ValueError, pa.ArrowException):
         return None
     v = md.get(_RETIRED_CONFIG)
@@ -387,6 +380,6 @@ def _retired_config(path: Path) -> str | None:
 
 def _read_text(path: Path) -> str | None:
     try:
-        return path.read_text()
+        return files.read_text(path)
     except OSError:
         return None

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
-import pyarrow.parquet as pq
 
 from brb_pipeline.core import metadata
 from brb_pipeline.core.contacts.batching import assign_batches, batch_fingerprints
 from brb_pipeline.core.contacts.resolve import resolve_contacts
+from brb_pipeline.core.crypto import files
 from brb_pipeline.core.errors import SourceError, SourceMissingError
 from brb_pipeline.core.progress import Progress
 from brb_pipeline.core.records import CHAT_SCHEMA, MESSAGE_SCHEMA, UNKNOWN_CONTACT_ID
@@ -238,7 +238,7 @@ def run_contacts(s: Settings) -> dict[str, Any]:
     and batch).
     """
     t0 = time.perf_counter()
-    chats = pl.read_parquet(paths.parsed_chats(s))
+    chats = files.read_parquet(paths.parsed_chats(s))
     snap = snapshot_files(s)
     people: list = []
     ab_warnings: list[str] = []
@@ -254,12 +254,12 @@ def run_contacts(s: Settings) -> dict[str, Any]:
     for w in ab_warnings:
         log.warning("Contacts - %s", w)
     parsed = paths.parsed_messages(s)
-    res = resolve_contacts(pl.read_parquet(parsed, columns=_RESOLVE_COLUMNS), chats, people,
+    res = resolve_contacts(files.read_parquet(parsed, columns=_RESOLVE_COLUMNS), chats, people,
                            default_region=s.default_region)
     contact_id = res.messages.get_column("contact_id")  # same file and row order as the stats columns
     chat_contact = res.messages.select("chat_id", "contact_id").unique("chat_id", keep="first", maintain_order=True)
     res.messages = res.messages.clear()  # from here on only its per-chat mapping is needed
-    stats = contact_stats(pl.read_parquet(parsed, columns=_STATS_COLUMNS).with_columns(contact_id))
+    stats = contact_stats(files.read_parquet(parsed, columns=_STATS_COLUMNS).with_columns(contact_id))
     del contact_id
     contacts = res.contacts.join(stats, on="contact_id", how="left")
     contacts = contacts.with_columns(pl.col("messages").fill_null(0))
@@ -293,7 +293,7 @@ def _write_messages(s: Settings, chat_contact: pl.DataFrame, batches: pl.DataFra
         chat_contact: (chat_id, contact_id), one row per chat of the parsed messages.
         batches: (contact_id, batch) assignments.
     """
-    src = pq.ParquetFile(paths.parsed_messages(s))
+    src = files.parquet_file(paths.parsed_messages(s))
     schema = pl.Schema({**MESSAGE_SCHEMA, "contact_id": pl.Utf8, "batch": batches.schema["batch"]})
     with paths.atomic_parquet_writer(paths.messages(s), schema) as write:
         for rb in src.iter_batches(batch_size=_BLOCK_ROWS, use_threads=False):
@@ -309,7 +309,7 @@ def run_batches(s: Settings, model_id: str | None = None) -> tuple[list[str], li
     Returns:
         (all batch keys in order, the keys that changed since they were embedded, metadata).
     """
-    scan = pl.scan_parquet(paths.messages(s))
+    scan = files.scan_parquet(paths.messages(s))
     per = (scan.group_by("batch").agg(pl.len().alias("messages"), pl.col("contact_id").n_unique().alias("contacts"))
            .collect())
     fps: dict[str, str] = {}

@@ -13,13 +13,19 @@ chunks do not send every touched cluster back to the labeler (an LLM call each w
 from __future__ import annotations
 
 import logging
+import shutil
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 
 from brb_pipeline.core import faults, metadata
+from brb_pipeline.core.crypto import files
 from brb_pipeline.core.errors import BrbError, StoreError
 from brb_pipeline.core.insights.labels import (
     ClusterDocs,
@@ -31,10 +37,10 @@ from brb_pipeline.core.insights.labels import (
     make_labeler,
     representatives,
 )
-from brb_pipeline.core.insights.map import cluster_summary, summary_markdown, write_map
+from brb_pipeline.core.insights.map import MapFiles, cluster_summary, summary_markdown, write_map
 from brb_pipeline.core.insights.projection import embedding_fingerprints
 from brb_pipeline.core.progress import Progress
-from brb_pipeline.pipeline import paths
+from brb_pipeline.pipeline import keys, paths
 from brb_pipeline.pipeline.insights_io import (
     FORMAT,
     load_store,
@@ -229,7 +235,7 @@ def run_labels(s: Settings, labeler: LabelChain | None = None, embedder: Any | N
 def _cluster_docs(s: Settings) -> tuple[list[ClusterDocs], dict[int, list[str]]]:
     """What the labeler sees of each cluster (ids >= 0, ascending), and each cluster's chunk ids."""
     rows, emb, _, store_model = load_store_with_model(s, ("chunk_id", "content"))
-    cl = pl.read_parquet(paths.clusters(s))
+    cl = files.read_parquet(paths.clusters(s))
     labels = cl["cluster_id"].to_numpy() if cl.height else np.zeros(0, dtype=np.int64)
     contents = rows["content"].to_list() if rows.height else []
     ids = rows["chunk_id"].to_list() if rows.height else []
@@ -256,15 +262,24 @@ def _keepable_labels(s: Settings, kind: str, members: dict[int, list[str]]
     return keep_by_overlap(prev.iter_rows(named=True), members)
 
 
-def run_map(s: Settings, progress: Progress | None = None) -> dict[str, Any]:
-    """The interactive 2-D/3-D map and a PNG preview, plus the per-cluster summary in brb.db;
-    ``progress`` gets the stage's "analyzing" updates (the last one at 100%)."""
-    t0 = time.perf_counter()
-    _report(progress, 85, "drawing the map")
+#: ``run_map``'s metadata in an encrypted home, which keeps no map files (they hold snippets and names).
+MAP_WHEN_OPENED = "rendered when opened (`brb insights --open`): an encrypted home keeps no map files"
+MAP_TITLE = "brb — conversation map"
+
+
+def map_points(s: Settings) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(points, per-cluster summary) the map draws: the store's chunks (vectors not read) with the
+    staged layout, clusters and labels and the contacts' names.
+
+    Raises:
+        BrbError: no insights yet.
+    """
+    if not paths.cluster_labels(s).exists():
+        raise BrbError(f"no insights map in {s.home}: run `brb ingest` (or `brb demo`) first")
     rows, _, _ = load_store(s, ("chunk_id", "contact_id", "start_ts", "content"), vectors=False)
-    proj = pl.read_parquet(paths.projection(s))
-    cl = pl.read_parquet(paths.clusters(s))
-    labels = pl.read_parquet(paths.cluster_labels(s))
+    proj = files.read_parquet(paths.projection(s))
+    cl = files.read_parquet(paths.clusters(s))
+    labels = files.read_parquet(paths.cluster_labels(s))
     contacts = metadata.read_contacts(s.brb_db).select("contact_id", "display_name")
     points = (
         rows.select("chunk_id", "contact_id", "start_ts", "content")
@@ -284,20 +299,61 @@ def run_map(s: Settings, progress: Progress | None = None) -> dict[str, Any]:
     summary = cluster_summary(points)
     summary = summary.join(labels.select("cluster_id", "terms", "label_source"), on="cluster_id", how="left") \
         if "terms" not in summary.columns else summary
+    return points, summary
+
+
+def run_map(s: Settings, progress: Progress | None = None) -> dict[str, Any]:
+    """The per-cluster summary in brb.db, and the interactive 2-D/3-D map and a PNG preview in
+    ``<home>/insights`` (in an encrypted home no map file: :func:`private_map` draws it when it
+    is opened); ``progress`` gets the stage's "analyzing" updates (the last one at 100%)."""
+    t0 = time.perf_counter()
+    _report(progress, 85, "drawing the map")
+    points, summary = map_points(s)
     metadata.replace_clusters(s.brb_db, summary)
-    files = write_map(s.insights_dir, points, summary, title="brb — conversation map")
+    if keys.encrypted(s.home):
+        written: dict[str, Any] = {"map": MAP_WHEN_OPENED}
+    else:
+        mf = write_map(s.insights_dir, points, summary, title=MAP_TITLE)
+        written = {"html": str(mf.html), "html_3d": str(mf.html_3d), "png": str(mf.png)}
     faults.point("map_written")
     clusters = int(summary.filter(pl.col("cluster_id") >= 0).height)
     _report(progress, 100, f"{clusters} clusters")
     return {
         "clusters": clusters,
         "points": points.height,
-        "html": str(files.html),
-        "html_3d": str(files.html_3d),
-        "png": str(files.png),
+        **written,
         "summary_markdown": summary_markdown(summary),
         "seconds": round(time.perf_counter() - t0, 3),
     }
+
+
+def render_map(s: Settings, out_dir: Path) -> MapFiles:
+    """Draw the map (2-D and 3-D HTML, PNG) into ``out_dir`` from what the home keeps.
+
+    Raises:
+        BrbError: no insights yet, or ``out_dir`` inside an encrypted home.
+    """
+    out_dir = Path(out_dir).resolve()
+    if keys.encrypted(s.home) and out_dir.is_relative_to(Path(s.home).resolve()):
+        raise BrbError(f"{out_dir} is inside the encrypted home {s.home}: the map holds message snippets "
+                       "and names, write it elsewhere")
+    points, summary = map_points(s)
+    return write_map(out_dir, points, summary, title=MAP_TITLE)
+
+
+@contextmanager
+def private_map(s: Settings) -> Iterator[MapFiles]:
+    """The map drawn into a private temporary folder outside the home (mode 0700), deleted when
+    the block ends: how an encrypted home's map is opened.
+
+    Raises:
+        BrbError: no insights yet, or the temporary folder would be inside the home (``TMPDIR``).
+    """
+    d = Path(tempfile.mkdtemp(prefix="brb-map-"))
+    try:
+        yield render_map(s, d)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def run_insights(s: Settings, refit: bool = False, labeler: LabelChain | None = None,

@@ -10,9 +10,12 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 
+from brb_pipeline.core.crypto import files
 from brb_pipeline.core.errors import StoreError
 from brb_pipeline.core.store import duck
+from brb_pipeline.pipeline.paths import atomic_write_parquet
 from brb_pipeline.pipeline.store import GENERATION
 from brb_pipeline.settings import Settings
 
@@ -80,12 +83,9 @@ def _read_vectors(con: Any, rowids: np.ndarray, block: int = 8192) -> np.ndarray
 
 
 def write_with_info(frame: pl.DataFrame, path: Path, info: dict[str, Any]) -> None:
-    """Write ``frame`` with ``info`` as its :data:`META_KEY` metadata, via a temp file and rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    frame.write_parquet(tmp, compression="zstd", statistics=True,
-                        metadata={META_KEY: json.dumps(info, sort_keys=True)})
-    tmp.replace(path)
+    """Write ``frame`` with ``info`` as its :data:`META_KEY` metadata, via a temp file and rename
+    (sealed in an encrypted home)."""
+    atomic_write_parquet(frame, path, metadata={META_KEY: json.dumps(info, sort_keys=True)})
 
 
 def read_with_info(path: Path) -> tuple[pl.DataFrame | None, dict[str, Any]]:
@@ -94,10 +94,11 @@ def read_with_info(path: Path) -> tuple[pl.DataFrame | None, dict[str, Any]]:
     if not path.exists():
         return None, {}
     try:
-        frame = pl.read_parquet(path)
-        raw = pl.read_parquet_metadata(path).get(META_KEY)
+        pf = files.parquet_file(path)  # one read (one decryption) for the metadata and the rows
+        raw = (pf.metadata.metadata or {}).get(META_KEY.encode())
         info = json.loads(raw) if raw else {}
-    except (OSError, ValueError, pl.exceptions.PolarsError) as e:
+        frame = pl.from_arrow(pf.read())
+    except (OSError, ValueError, pa.ArrowException, pl.exceptions.PolarsError) as e:
         log.warning("Insights - %s unreadable (%s), recomputing it", path.name, type(e).__name__)
         return None, {}
     return frame, info if isinstance(info, dict) else {}

@@ -54,6 +54,11 @@ def read_marker(home: Path) -> dict[str, Any] | None:
         raise EncryptionKeyError(f"{p} cannot be read ({e}): restore it from a backup of the home") from None
 
 
+def encrypted(home: Path) -> bool:
+    """Whether the home's ``encryption.json`` says it is encrypted (no key is looked up)."""
+    return bool((read_marker(home) or {}).get("encrypted"))
+
+
 def _home_key_id(home: Path) -> str:
     """The name the home's key is kept under: a random id in its ``encryption.json`` (so a home
     that is moved or restored from a backup on this machine still finds its key)."""

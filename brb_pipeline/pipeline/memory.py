@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,9 +20,9 @@ from typing import Any
 
 import polars as pl
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from brb_pipeline.core import metadata
+from brb_pipeline.core.crypto import files
 from brb_pipeline.core.memory.generate import Generator, MLXGenerator
 from brb_pipeline.core.memory.parse import Losses
 from brb_pipeline.core.memory.profile import PROFILE_SCHEMA, derive_profiles
@@ -58,7 +57,7 @@ def topics_key(s: Settings, batch: str, model_id: str) -> str:
 def file_info(path: Path) -> dict[str, Any]:
     """``{"key", "losses", "rows"}`` a memory file recorded ({} when missing or unreadable)."""
     try:
-        md = pq.read_metadata(path)
+        md = files.parquet_file(path).metadata
     except (OSError, ValueError, pa.ArrowException):
         return {}
     kv = md.metadata or {}
@@ -67,16 +66,9 @@ def file_info(path: Path) -> dict[str, Any]:
 
 
 def _write(frame: pl.DataFrame, path: Path, key: str, losses: Losses | None = None) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     meta = {_KEY: key.encode(), _LOSSES: json.dumps((losses or Losses()).as_dict()).encode()}
     table = frame.to_arrow()
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        pq.write_table(table.replace_schema_metadata({**(table.schema.metadata or {}), **meta}), tmp,
-                       compression="zstd")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    files.write_parquet(table.replace_schema_metadata({**(table.schema.metadata or {}), **meta}), path)
 
 
 def _skip(reason: str, t0: float, **counts: Any) -> dict[str, Any]:
@@ -129,7 +121,7 @@ def run_profiles(s: Settings, batch: str, generator: Generator | None = None,
     info = file_info(out)
     if info.get("key") == key:
         return _skip("unchanged since the last derivation", t0, profiles=info["rows"])
-    topics = pl.read_parquet(src)
+    topics = files.read_parquet(src)
     contacts = batch_messages(s, batch)["contact_id"].drop_nulls().unique().to_list()
     profiles = derive_profiles(topics if topics.height else pl.DataFrame(schema=TOPIC_SCHEMA), contacts,
                                gen.model_id)

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-import pyarrow.parquet as pq
 
 from brb_pipeline.core import metadata
+from brb_pipeline.core.crypto import files
 from brb_pipeline.core.store.compact import compact_without
 from brb_pipeline.pipeline import keys, paths
 from brb_pipeline.pipeline.embed import drop_retired
@@ -45,7 +45,7 @@ def forget_contacts(s: Settings, contact_ids: list[str]) -> dict[str, Any]:
         pl.col("handles").list.eval(pl.element().is_in(handles)).list.any()
         & ~pl.col("contact_id").is_in(contact_ids))["contact_id"].to_list())) if handles else []
     if paths.messages(s).exists():
-        m = pl.scan_parquet(paths.messages(s))
+        m = files.scan_parquet(paths.messages(s))
         chat_ids = set(m.filter(pl.col("contact_id").is_in(contact_ids)).select("chat_id").unique()
                        .collect()["chat_id"].to_list())
         if handles:
@@ -178,7 +178,7 @@ def _filter_parquet(path: Path, keep: pl.Expr, handles: list[str] | None = None)
     """Keep the rows matching ``keep``; take ``handles`` out of reaction and participant lists."""
     if not path.exists():
         return 0
-    df = pl.read_parquet(path)
+    df = files.read_parquet(path)
     kept = df.filter(keep)
     dropped = df.height - kept.height
     if handles:
@@ -206,7 +206,7 @@ def _scrub_other_parquet(s: Settings, values: set[str]) -> int:
     vals = sorted(values)
     n = 0
     for path in sorted(s.staging_dir.rglob("*.parquet")):
-        table = pq.read_table(path)
+        table = files.read_arrow(path)
         df = pl.from_arrow(table)
         strings = [c for c, t in df.schema.items() if t == pl.Utf8]
         lists = [c for c, t in df.schema.items() if t == pl.List(pl.Utf8)]
@@ -217,9 +217,7 @@ def _scrub_other_parquet(s: Settings, values: set[str]) -> int:
             [pl.col(c).list.eval(pl.element().filter(~pl.element().is_in(vals))) for c in lists])
         if out.equals(df):
             continue
-        tmp = path.with_name(path.name + ".tmp")
-        pq.write_table(out.to_arrow().cast(table.schema), tmp)
-        tmp.replace(path)
+        files.write_parquet(out.to_arrow().cast(table.schema), path, compression="snappy")
         n += 1
     return n
 
@@ -236,7 +234,7 @@ def _filter_partition(path: Path, contact_ids: list[str]) -> set[str]:
     its schema metadata (the key it was made from); returns the ids of the rows removed."""
     if not path.exists():
         return set()
-    table = pq.read_table(path)
+    table = files.read_arrow(path)
     key = "chunk_id" if "chunk_id" in table.column_names else table.column_names[0]
     df = pl.from_arrow(table.select(list(dict.fromkeys([key, "contact_id"]))))
     gone = set(df.filter(pl.col("contact_id").is_in(contact_ids))[key].to_list())
@@ -245,9 +243,8 @@ def _filter_partition(path: Path, contact_ids: list[str]) -> set[str]:
         import pyarrow.compute as pc
 
         mask = pc.invert(pc.is_in(table.column("contact_id"), value_set=pa.array(contact_ids)))
-        tmp = path.with_name(path.name + ".tmp")
-        pq.write_table(table.filter(mask), tmp)  # the schema (with its metadata) is kept
-        tmp.replace(path)
+        # the schema (with its metadata) is kept
+        files.write_parquet(table.filter(mask), path, compression="snappy")
     return gone
 
 

@@ -135,6 +135,14 @@ def read_arrow(path: Path, columns: list[str] | None = None) -> Any:
     return pq.read_table(_source(Path(path)), columns=columns)
 
 
+def parquet_file(path: Path) -> Any:
+    """A ``pyarrow.parquet.ParquetFile`` (row groups streamed from a plain file, read from the
+    decrypted bytes of a sealed one): its ``metadata`` and ``iter_batches``."""
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(_source(Path(path)))
+
+
 def read_parquet_schema(path: Path) -> Any:
     """The Arrow schema (with its key-value metadata) of the Parquet file at ``path``."""
     import pyarrow.parquet as pq

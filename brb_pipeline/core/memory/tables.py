@@ -11,6 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
+
+from brb_pipeline.core.crypto import files
 
 TOPICS_DDL = (
     "CREATE TABLE IF NOT EXISTS topics (topic_id VARCHAR PRIMARY KEY, contact_id VARCHAR, batch VARCHAR, "
@@ -24,12 +27,22 @@ PROFILES_DDL = (
 )
 _TOPIC_COLS = ("topic_id, contact_id, batch, month, language, label, summary, chat_id, first_ts, last_ts, "
                "first_message_id, last_message_id, model_id, prompt_version")
-_SRC = "read_parquet(?::VARCHAR[], hive_partitioning = false)"
 
 
 def create_tables(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(TOPICS_DDL)
     con.execute(PROFILES_DDL)
+
+
+def _staged(con: duckdb.DuckDBPyConnection, name: str, paths: Sequence[Path]) -> None:
+    """Register the rows of ``paths`` as the view ``name``, with each row's ``filename``.
+
+    The files are read through :mod:`brb_pipeline.core.crypto.files` (DuckDB cannot open a sealed
+    file); they are small (one batch's topics or profiles each).
+    """
+    tables = [t.append_column("filename", pa.array([str(p)] * t.num_rows, pa.string()))
+              for p in paths for t in [files.read_arrow(p)]]
+    con.register(name, pa.concat_tables(tables, promote_options="permissive"))
 
 
 def load_memory(con: duckdb.DuckDBPyConnection, topic_files: Sequence[Path],
@@ -48,18 +61,22 @@ def load_memory(con: duckdb.DuckDBPyConnection, topic_files: Sequence[Path],
         con.execute("DELETE FROM topics")
         con.execute("DELETE FROM profiles")
         if topic_files:
-            con.execute(f"INSERT INTO topics SELECT {_TOPIC_COLS} FROM {_SRC} "
-                        "QUALIFY row_number() OVER (PARTITION BY topic_id) = 1", [[str(f) for f in topic_files]])
+            _staged(con, "_staged_topics", topic_files)
+            con.execute(f"INSERT INTO topics SELECT {_TOPIC_COLS} FROM _staged_topics "
+                        "QUALIFY row_number() OVER (PARTITION BY topic_id) = 1")
         if profile_files:
+            _staged(con, "_staged_profiles", profile_files)
             con.execute(
                 "INSERT INTO profiles SELECT contact_id, relationship, tone, recurring_topics, commitments::JSON, "
-                f"n_topics, model_id, prompt_version FROM {_SRC.replace('false', 'false, filename = true')} "
-                "QUALIFY row_number() OVER (PARTITION BY contact_id ORDER BY filename DESC) = 1",
-                [[str(f) for f in profile_files]])
+                "n_topics, model_id, prompt_version FROM _staged_profiles "
+                "QUALIFY row_number() OVER (PARTITION BY contact_id ORDER BY filename DESC) = 1")
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
         raise
+    finally:
+        for view in ("_staged_topics", "_staged_profiles"):
+            con.unregister(view)
     return memory_counts(con)
 
 

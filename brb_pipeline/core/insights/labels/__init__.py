@@ -4,9 +4,10 @@ Owns: chat text cleaning for labels (:mod:`.text`), the c-TF-IDF base labels eve
 with (:mod:`.ctfidf`), the refiners that may improve them cluster by cluster, an embedding
 re-rank (:mod:`.embed`) and a local mlx-lm model (:mod:`.llm`), the chain that runs them and the
 one the settings ask for (:mod:`.chain`), and the label cache keyed by labeler kind and cluster
-membership (:mod:`.cache`). Imports nothing of the pipeline but :mod:`brb_pipeline.core.errors`
-(and, when an LLM is loaded, the embedding package's BLAS setup). Nothing here logs message
-text; log lines carry counts only.
+membership (:mod:`.cache`). Imports nothing of the pipeline but :mod:`brb_pipeline.core.errors`,
+:mod:`brb_pipeline.core.crypto` (the cache file, sealed in an encrypted home) and, when an LLM is
+loaded, the embedding package's BLAS setup. Nothing here logs message text; log lines carry
+counts only.
 """
 
 from brb_pipeline.core.insights.labels.base import (

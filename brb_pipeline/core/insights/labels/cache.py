@@ -11,14 +11,12 @@ only.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
-import os
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from brb_pipeline.core.crypto import files
 from brb_pipeline.core.insights.labels.base import ClusterDocs, ClusterLabel
 from brb_pipeline.core.insights.labels.chain import LabelChain
 
@@ -51,7 +49,7 @@ class LabelCache:
         self._data: dict[str, dict[str, Any]] = {}
         if self.path.is_file():
             try:
-                loaded = json.loads(self.path.read_text(encoding="utf-8"))
+                loaded = files.read_json(self.path)
                 if isinstance(loaded, dict):
                     self._data = loaded
             except (OSError, ValueError):
@@ -75,16 +73,8 @@ class LabelCache:
             "label": label.label, "terms": label.terms, "source": label.source}
 
     def save(self) -> None:
-        """Write atomically (temp file + rename)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".labels-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(self._data, f, ensure_ascii=False, sort_keys=True)
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        """Write atomically (temp file + rename), sealed when the home is encrypted."""
+        files.write_json(self.path, self._data, ensure_ascii=False, sort_keys=True)
 
 
 def label_clusters(chain: LabelChain, clusters: Sequence[ClusterDocs],
