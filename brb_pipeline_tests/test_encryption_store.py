@@ -11,12 +11,13 @@ import hashlib
 import shutil
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import pytest
 
 from brb_pipeline.core.crypto import files
 from brb_pipeline.core.embedding.hashing import HashEmbedder
-from brb_pipeline.core.errors import EncryptionKeyError
+from brb_pipeline.core.errors import EncryptionKeyError, StoreError
 from brb_pipeline.core.search.hybrid import search
 from brb_pipeline.core.store import chunks as store
 from brb_pipeline.core.store import duck, index
@@ -158,7 +159,8 @@ def test_search_on_the_encrypted_store_matches_the_plaintext_store(tmp_path, mon
         assert _run(cons[True], _phrase("ana", 7), "lexical").hits[0].chunk_id == "chat-ana:7"
         status = index.index_status(cons[True])
         assert status["ready"] and status["hnsw"]["exact"] and status["hnsw"]["rows"] == 64
-        assert cons[True].execute("SELECT count(*) FROM duckdb_indexes() WHERE database_name = 'brb'").fetchone()[0] == 0
+        n_indexes = "SELECT count(*) FROM duckdb_indexes() WHERE database_name = 'brb'"
+        assert cons[True].execute(n_indexes).fetchone()[0] == 0
         assert index.index_status(cons[False])["ready"] and "exact" not in index.index_status(cons[False])["hnsw"]
     finally:
         for con in cons.values():
@@ -244,3 +246,23 @@ def test_index_stages_publish_an_encrypted_copy(tmp_path, monkeypatch):
     finally:
         con.close()
     assert _found(s.duckdb_path, ALL_PHRASES) == []
+
+
+def test_without_the_httpfs_wheel_reads_work_and_writes_say_what_to_install(tmp_path, monkeypatch):
+    s = _home(tmp_path, monkeypatch, "home", True)
+    _build(s)
+    real = duck.extension_directory()
+    fake = tmp_path / "ext"  # the vss and fts binaries only, as without duckdb-ext-httpfs
+    for f in real.glob("v*/*/*.duckdb_extension"):
+        if f.stem != "httpfs":
+            (fake / f.relative_to(real)).parent.mkdir(parents=True, exist_ok=True)
+            (fake / f.relative_to(real)).symlink_to(f)
+    monkeypatch.setattr(duck, "extension_directory", lambda: fake)
+    con = duck.connect(s.duckdb_path, read_only=True)  # reading needs no httpfs
+    assert con.execute("SELECT count(*) FROM chunks").fetchone()[0] == 64
+    assert not con.execute("SELECT loaded FROM duckdb_extensions() WHERE extension_name = 'httpfs'").fetchone()[0]
+    con.close()
+    with pytest.raises(StoreError) as e:
+        duck.connect(s.duckdb_path)
+    assert str(e.value) == ("the encrypted store needs the httpfs extension: install duckdb-ext-httpfs matching "
+                            f"duckdb {duckdb.__version__}")

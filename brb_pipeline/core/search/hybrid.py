@@ -1,5 +1,5 @@
-"""Hybrid search over the chunk store: vectors (HNSW, or exact in an encrypted store) + BM25 text, fused (see :mod:`.fusion`),
-overlapping windows merged into one passage, with a relevance floor.
+"""Hybrid search over the chunk store: vectors (HNSW; exact in an encrypted store) + BM25 text,
+fused (see :mod:`.fusion`), overlapping windows merged into one passage, with a relevance floor.
 
 :func:`search` runs named steps: :func:`_vector_candidates` and :func:`_lexical_candidates`
 (one list each, the BM25 one on a second connection in a worker thread in hybrid mode; their

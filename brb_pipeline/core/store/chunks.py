@@ -26,7 +26,7 @@ from brb_pipeline.core import faults
 from brb_pipeline.core.crypto import files as sealed_files
 from brb_pipeline.core.store import index as index_mod
 from brb_pipeline.core.store.duck import META_DDL, get_meta, set_meta, table_exists
-from brb_pipeline.core.store.staged import META_DIM, META_MODEL, Staged, partition_facts, scan
+from brb_pipeline.core.store.staged import KEY_COLUMNS, META_DIM, META_MODEL, Staged, partition_facts, scan
 from brb_pipeline.core.store.schema import CHUNK_COLUMNS, TABLE_COLUMNS, chunk_arrow_schema, table_ddl
 from brb_pipeline.core.errors import StoreError
 
@@ -247,7 +247,7 @@ def _replace_rows(
     n = con.execute("DELETE FROM chunks WHERE batch IN (SELECT unnest(?::VARCHAR[]))", [keys]).fetchone()[0]
     report.deleted += int(n)
     if staged:
-        with scan(con, staged, columns=["batch", "contact_id"]) as (src, src_params):
+        with scan(con, staged, columns=KEY_COLUMNS) as (src, src_params):
             bad = con.execute(
                 f"SELECT DISTINCT batch FROM {src} WHERE batch NOT IN (SELECT unnest(?::VARCHAR[]))",
                 [*src_params, report.batches],

@@ -1,8 +1,8 @@
 """Open ``brb.duckdb`` with the vss and fts extensions loaded from PyPI packages, never the network.
 
-The extensions ship as ``duckdb-ext-vss`` / ``duckdb-ext-fts`` wheels that install the binaries
-under ``site-packages/duckdb_ext/extensions/v<duckdb>/<platform>/``. Both must match the DuckDB
-version exactly, so the three are pinned together.
+The extensions ship as ``duckdb-ext-vss`` / ``duckdb-ext-fts`` / ``duckdb-ext-httpfs`` wheels
+that install the binaries under ``site-packages/duckdb_ext/extensions/v<duckdb>/<platform>/``.
+They must match the DuckDB version exactly, so all four are pinned together.
 
 Order matters: a database file holding an HNSW index cannot be modified until vss is loaded
 ("Cannot bind index ... unknown index type 'HNSW'"), so we open an in-memory connection, load
@@ -193,10 +193,10 @@ def _attach_error(path: Path, exc: duckdb.Error) -> StoreError:
     return StoreError(f"cannot open {path}: {msg.splitlines()[0]}")
 
 
-def encrypted(con: duckdb.DuckDBPyConnection, catalog: str | None = None) -> bool:
-    """Whether the store attached as ``catalog`` (default: the current one) is an encrypted file."""
-    row = con.execute("SELECT any_value(encrypted) FROM duckdb_databases() WHERE database_name = "
-                      "coalesce(?, current_database())", [catalog]).fetchone()
+def encrypted(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the connection's current store is an encrypted file."""
+    row = con.execute("SELECT any_value(encrypted) FROM duckdb_databases() "
+                      "WHERE database_name = current_database()").fetchone()
     return bool(row and row[0])
 
 

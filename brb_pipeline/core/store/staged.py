@@ -24,7 +24,8 @@ from brb_pipeline.core.errors import StoreError
 #: Parquet footer keys :func:`~brb_pipeline.core.store.chunks.write_partition` writes.
 META_MODEL = b"brb.embedding_model"
 META_DIM = b"brb.dim"
-_KEY_COLUMNS = ["batch", "contact_id"]
+#: The columns a load checks before it inserts (kept from the first read of a sealed file).
+KEY_COLUMNS = ["batch", "contact_id"]
 
 
 @dataclass
@@ -53,7 +54,7 @@ def partition_facts(paths: Mapping[str, Path]) -> tuple[str | None, int | None, 
         keys = None
         try:
             if sealed_files.sealed(p):
-                keys = sealed_files.read_arrow(p, columns=_KEY_COLUMNS)
+                keys = sealed_files.read_arrow(p, columns=KEY_COLUMNS)
                 md, rows = keys.schema.metadata or {}, keys.num_rows
             else:
                 pf = pq.ParquetFile(p)
@@ -85,7 +86,7 @@ def scan(con: duckdb.DuckDBPyConnection, staged: Staged, group: list[str] | None
     if not any(f in staged.keys for f in group):
         yield "read_parquet(?::VARCHAR[], hive_partitioning = false)", [group]
         return
-    use_keys = columns == _KEY_COLUMNS
+    use_keys = columns == KEY_COLUMNS
     parts = [staged.keys[f] if use_keys and f in staged.keys else sealed_files.read_arrow(f, columns=columns)
              for f in group]
     con.register("_brb_staged", pa.concat_tables([part.replace_schema_metadata(None) for part in parts]))

@@ -69,7 +69,8 @@ def _built_for(con: duckdb.DuckDBPyConnection) -> bool:
     fts = con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
                       "AND schema_name = ? AND table_name IN ('docs', 'dict', 'terms', 'stats')",
                       [TOPIC_FTS_SCHEMA]).fetchone()[0]
-    return bool((hnsw or encrypted(con)) and fts == 4 and info.get("embedding_model") == get_meta(con, "embedding_model")
+    return bool((hnsw or encrypted(con)) and fts == 4
+                and info.get("embedding_model") == get_meta(con, "embedding_model")
                 and info.get("dim") == get_meta(con, "dim"))
 
 
