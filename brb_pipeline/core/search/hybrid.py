@@ -1,5 +1,5 @@
-"""Hybrid search over the chunk store: HNSW vectors + BM25 text, fused (see :mod:`.fusion`),
-overlapping windows merged into one passage, with a relevance floor.
+"""Hybrid search over the chunk store: vectors (HNSW; exact in an encrypted store) + BM25 text,
+fused (see :mod:`.fusion`), overlapping windows merged into one passage, with a relevance floor.
 
 :func:`search` runs named steps: :func:`_vector_candidates` and :func:`_lexical_candidates`
 (one list each, the BM25 one on a second connection in a worker thread in hybrid mode; their
@@ -96,10 +96,15 @@ class _Query:
     ef_search: int
     catalog: str
     region: str  # default region of phone numbers in the query (as the documents were indexed)
+    indexed: bool  # an HNSW index serves the unfiltered vector query (not in an encrypted store)
 
     @property
     def filtered(self) -> bool:
         return self.where != "TRUE"
+
+    @property
+    def vector_strategy(self) -> str:
+        return "hnsw" if self.indexed and not self.filtered else "exact"
 
     @property
     def use_vec(self) -> bool:
@@ -168,7 +173,7 @@ def search(
                  filters(contact_ids, channel, since, until), region)
     result = SearchResult(query=query_text, mode=mode)
     if q.use_vec:
-        result.vector_strategy = "exact" if q.filtered else "hnsw"
+        result.vector_strategy = q.vector_strategy
     vec_rows, lex_rows, term_stats = _candidates(con, q, parallel, result.timings_ms)
     result.vector_candidates, result.lexical_candidates = len(vec_rows), len(lex_rows)
     if term_stats is not None:
@@ -194,10 +199,10 @@ def _prepare(con: duckdb.DuckDBPyConnection, mode: str, text: str, query_vec: np
              candidates: int, merge: bool, ef_search: int, where: tuple[str, list], region: str) -> _Query:
     """Check the store and the query vector; the candidate depth. ``where``: :func:`.sql.filters`."""
     use_vec, use_lex = mode in _VECTOR_MODES, mode in _LEXICAL_MODES
-    has_chunks, has_hnsw, has_fts, dim, catalog = store_state(con)
+    has_chunks, vector, has_fts, dim, catalog = store_state(con)
     if not has_chunks:
         raise StoreError("no search store yet: run `brb ingest` first")
-    if (use_vec and not has_hnsw) or (use_lex and not has_fts):
+    if (use_vec and vector is None) or (use_lex and not has_fts):
         raise _missing_index()
     vec = None
     if use_vec:
@@ -211,7 +216,8 @@ def _prepare(con: duckdb.DuckDBPyConnection, mode: str, text: str, query_vec: np
             )
     k = int(k)
     depth = max(int(candidates), 2 * k if merge else k)
-    return _Query(mode, text, vec, dim, where[0], where[1], depth, max(int(ef_search), depth, 1), catalog, region)
+    return _Query(mode, text, vec, dim, where[0], where[1], depth, max(int(ef_search), depth, 1), catalog, region,
+                  vector == "hnsw")
 
 
 def _candidates(con: duckdb.DuckDBPyConnection, q: _Query, parallel: bool,
@@ -252,7 +258,8 @@ def _vector_candidates(c: duckdb.DuckDBPyConnection, q: _Query) -> list[tuple[st
             rows = c.execute(vector_sql(q.dim, filtered=True, where=q.where),
                              [q.vec.tolist(), *q.params, q.candidates]).fetchall()
         else:
-            c.execute(f"SET hnsw_ef_search = {q.ef_search}")
+            if q.indexed:
+                c.execute(f"SET hnsw_ef_search = {q.ef_search}")
             rows = c.execute(vector_sql(q.dim, filtered=False), [q.vec.tolist(), q.candidates]).fetchall()
     except duckdb.Error as exc:
         raise StoreError(f"vector index damaged ({type(exc).__name__}): {REBUILD_HINT}") from None

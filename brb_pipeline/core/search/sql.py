@@ -11,6 +11,8 @@ Query forms (``benchmarks/bench_search.py`` measures them):
   applies filters first and is cheap when the filter is selective (a contact). The optimizer
   rewrites ``WHERE x = ? ORDER BY d LIMIT n`` into an HNSW scan, so the exact query sorts by
   ``d, chunk_id`` (a shape it leaves alone; tested with EXPLAIN).
+* An encrypted store has no HNSW index (:mod:`brb_pipeline.core.store.index`): the unfiltered
+  query is then an exact top-n over every vector (``ORDER BY d LIMIT n`` runs as a TOP_N).
 * BM25 is the ``match_bm25`` formula over the FTS tables (see :func:`lexical_sql`), with the
   filters joined in before the top-n as well.
 """
@@ -52,7 +54,8 @@ def filters(
 
 
 def vector_sql(dim: int, *, filtered: bool, where: str = "TRUE") -> str:
-    """The vector candidate query: HNSW-eligible when unfiltered, exact scan otherwise.
+    """The vector candidate query: HNSW-eligible when unfiltered (an exact top-n where there is no
+    index), exact scan otherwise.
 
     Parameters: the query vector, then the filter parameters (filtered only), then the limit.
     """
@@ -125,19 +128,21 @@ def topic_lexical_sql(schema: str, where: str = "TRUE") -> str:
     return _bm25_sql(schema, join)
 
 
-def store_state(con: duckdb.DuckDBPyConnection) -> tuple[bool, bool, bool, int | None, str]:
-    """(chunks table, HNSW index, FTS index, embedding dim, catalog) from two cheap catalog reads
-    (``duckdb_columns()`` alone costs more, so the dim comes from ``meta``)."""
+def store_state(con: duckdb.DuckDBPyConnection) -> tuple[bool, str | None, bool, int | None, str]:
+    """(chunks table, vector search, FTS index, embedding dim, catalog) from two cheap catalog reads
+    (``duckdb_columns()`` alone costs more, so the dim comes from ``meta``). The vector search is
+    ``"hnsw"`` (the index exists), ``"exact"`` (an encrypted store, which has no index) or None."""
     row = con.execute(
         "SELECT count(*) FILTER (WHERE schema_name = 'main' AND table_name = 'chunks'),"
         " count(*) FILTER (WHERE schema_name = ? AND table_name IN ('docs', 'dict', 'terms', 'stats')),"
         " count(*) FILTER (WHERE schema_name = 'main' AND table_name = 'meta'),"
         " (SELECT count(*) FROM duckdb_indexes() WHERE database_name = current_database() AND index_name = ?),"
+        " (SELECT any_value(encrypted) FROM duckdb_databases() WHERE database_name = current_database()),"
         " any_value(current_database())"
         " FROM duckdb_tables() WHERE database_name = current_database()",
         [FTS_SCHEMA, HNSW_INDEX],
     ).fetchone()
-    has_chunks, fts_tables, has_meta, has_hnsw, catalog = row
+    has_chunks, fts_tables, has_meta, has_hnsw, encrypted, catalog = row
     dim = None
     if has_chunks and has_meta:
         got = con.execute("SELECT value FROM meta WHERE key = 'dim'").fetchone()
@@ -148,7 +153,8 @@ def store_state(con: duckdb.DuckDBPyConnection) -> tuple[bool, bool, bool, int |
             "AND schema_name = 'main' AND table_name = 'chunks' AND column_name = 'embedding'"
         ).fetchone()[0]
         dim = int(typ.split("[")[1].rstrip("]"))
-    return bool(has_chunks), bool(has_hnsw), fts_tables == 4, dim, catalog or ""
+    vector = "hnsw" if has_hnsw else "exact" if encrypted else None
+    return bool(has_chunks), vector, fts_tables == 4, dim, catalog or ""
 
 
 def term_stats_sql() -> str:

@@ -1,15 +1,16 @@
 """Chunk store: per-batch Parquet partitions, loaded into DuckDB by one writer.
 
-Partitions are written in parallel (one Parquet file per contact batch, atomically) and loaded by
-a single loader in one transaction: delete the batches' old rows, insert the new ones file by file
-from ``read_parquet``, commit, checkpoint. A rerun partition therefore replaces its rows atomically and
-a failed load leaves the previous rows (and indexes) exactly as they were.
+Partitions are written in parallel (one Parquet file per contact batch, atomically, through
+:mod:`brb_pipeline.core.crypto.files`: sealed in an encrypted home) and loaded by a single loader
+in one transaction: delete the batches' old rows, insert the new ones file by file from
+``read_parquet`` (a sealed file, which DuckDB cannot read, is decrypted into an Arrow table and
+inserted from that), commit, checkpoint. A rerun partition therefore replaces its rows atomically
+and a failed load leaves the previous rows (and indexes) exactly as they were.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import re
 import time
 from collections.abc import Iterable, Mapping
@@ -20,19 +21,18 @@ import duckdb
 import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from brb_pipeline.core import faults
+from brb_pipeline.core.crypto import files as sealed_files
 from brb_pipeline.core.store import index as index_mod
 from brb_pipeline.core.store.duck import META_DDL, get_meta, set_meta, table_exists
+from brb_pipeline.core.store.staged import KEY_COLUMNS, META_DIM, META_MODEL, Staged, partition_facts, scan
 from brb_pipeline.core.store.schema import CHUNK_COLUMNS, TABLE_COLUMNS, chunk_arrow_schema, table_ddl
 from brb_pipeline.core.errors import StoreError
 
 log = logging.getLogger(__name__)
 
 _BATCH_KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_META_MODEL = b"brb.embedding_model"
-_META_DIM = b"brb.dim"
 _DICT_COLUMNS = ["batch", "contact_id", "chat_id", "channel", "embedding_model"]
 
 
@@ -86,16 +86,11 @@ def write_partition(
     arrays["embedding"] = pa.FixedSizeListArray.from_arrays(pa.array(emb.reshape(-1)), dim)
     arrays["embedding_model"] = pa.repeat(pa.scalar(embedding_model, pa.string()), n)
     arrays["dim"] = pa.array(np.full(n, dim, dtype=np.int32))
-    schema = schema.with_metadata({_META_MODEL: embedding_model.encode(), _META_DIM: str(dim).encode()})
+    schema = schema.with_metadata({META_MODEL: embedding_model.encode(), META_DIM: str(dim).encode()})
     table = pa.Table.from_arrays([arrays[name] for name in schema.names], schema=schema)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        # Dictionary-encoding the vectors and texts costs 4x the write time for nothing.
-        pq.write_table(table, tmp, compression="snappy", use_dictionary=_DICT_COLUMNS)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    # Dictionary-encoding the vectors and texts costs 4x the write time for nothing.
+    with sealed_files.parquet_writer(path, schema, compression="snappy", use_dictionary=_DICT_COLUMNS) as write:
+        write(table)
     log.info("Saving - %d chunks of %s to %s", n, batch, path.name)
     return path
 
@@ -128,34 +123,6 @@ class LoadReport:
     dim: int | None = None
     replaced_all: bool = False
     seconds: float = 0.0
-
-
-def _partition_facts(paths: Mapping[str, Path]) -> tuple[str | None, int | None, list[str]]:
-    """Embedding model and dim shared by the non-empty partition files (read from Parquet
-    footers), and those files. Empty partitions only delete their batch's rows, so an empty
-    file cannot veto a load whatever dimension it was written with."""
-    facts: set[tuple[str, int]] = set()
-    files: list[str] = []
-    for batch, p in paths.items():
-        p = Path(p)
-        if not p.exists():
-            raise StoreError(f"partition file for {batch} is missing ({p}): rerun that partition")
-        try:
-            pf = pq.ParquetFile(p)
-            md, rows = pf.schema_arrow.metadata or {}, pf.metadata.num_rows
-        except (pa.ArrowException, OSError):
-            raise StoreError(f"partition file {p.name} is corrupt: rerun that partition") from None
-        if _META_MODEL not in md or _META_DIM not in md:
-            raise StoreError(f"partition file {p.name} was not written by brb: rerun that partition")
-        if rows:
-            facts.add((md[_META_MODEL].decode(), int(md[_META_DIM])))
-            files.append(str(p))
-    if len(facts) > 1:
-        raise StoreError(
-            f"partitions were embedded with different models {sorted(facts)}: re-embed them all"
-        )
-    model, dim = next(iter(facts)) if facts else (None, None)
-    return model, dim, files
 
 
 def stored_facts(con: duckdb.DuckDBPyConnection) -> tuple[str | None, int | None, int]:
@@ -206,7 +173,7 @@ def load_partitions(
     paths = {b: Path(p) for b, p in parquet_paths.items()}
     for b in paths:
         partition_path(Path("."), b)  # validates the key
-    model, dim, files = _partition_facts(paths)
+    model, dim, staged = partition_facts(paths)
     report = LoadReport(batches=sorted(paths), removed_batches=sorted(set(remove_batches) - set(paths)),
                         embedding_model=model, dim=dim)
     stored_model, stored_dim, stored_rows = stored_facts(con)
@@ -217,7 +184,7 @@ def load_partitions(
         return report
     con.execute("BEGIN TRANSACTION")
     try:
-        _replace_rows(con, report, files, dim=dim if dim is not None else stored_dim,
+        _replace_rows(con, report, staged, dim=dim if dim is not None else stored_dim,
                       drop_rows=stored_rows if replace_all else None)
         faults.point("load_before_commit")
         _commit_checkpointed(con)
@@ -262,11 +229,11 @@ def _replaces_all(
 
 
 def _replace_rows(
-    con: duckdb.DuckDBPyConnection, report: LoadReport, files: list[str], *, dim: int, drop_rows: int | None
+    con: duckdb.DuckDBPyConnection, report: LoadReport, staged: Staged, *, dim: int, drop_rows: int | None
 ) -> None:
     """The load's statements inside the caller's transaction: drop the table first when
     ``drop_rows`` is given (it holds that many rows), delete the rows of the report's batches
-    and of the contacts in ``files``, insert ``files``, record the model and dimension."""
+    and of the contacts in the ``staged`` files, insert them, record the model and dimension."""
     con.execute(META_DDL)
     if drop_rows is not None:
         index_mod.drop_indexes(con)
@@ -279,21 +246,20 @@ def _replace_rows(
     keys = sorted(set(report.batches) | set(report.removed_batches))
     n = con.execute("DELETE FROM chunks WHERE batch IN (SELECT unnest(?::VARCHAR[]))", [keys]).fetchone()[0]
     report.deleted += int(n)
-    if files:
-        src = "read_parquet(?::VARCHAR[], hive_partitioning = false)"
-        bad = con.execute(
-            f"SELECT DISTINCT batch FROM {src} WHERE batch NOT IN (SELECT unnest(?::VARCHAR[]))",
-            [files, report.batches],
-        ).fetchall()
-        if bad:
-            raise StoreError("a partition file holds chunks of another batch: rerun that partition")
-        # Contacts that moved to one of these batches leave their old batch.
-        n = con.execute(
-            f"DELETE FROM chunks WHERE contact_id IN (SELECT DISTINCT contact_id FROM {src})",
-            [files],
-        ).fetchone()[0]
+    if staged:
+        with scan(con, staged, columns=KEY_COLUMNS) as (src, src_params):
+            bad = con.execute(
+                f"SELECT DISTINCT batch FROM {src} WHERE batch NOT IN (SELECT unnest(?::VARCHAR[]))",
+                [*src_params, report.batches],
+            ).fetchall()
+            if bad:
+                raise StoreError("a partition file holds chunks of another batch: rerun that partition")
+            # Contacts that moved to one of these batches leave their old batch.
+            n = con.execute(
+                f"DELETE FROM chunks WHERE contact_id IN (SELECT DISTINCT contact_id FROM {src})", src_params
+            ).fetchone()[0]
         report.deleted += int(n)
-        report.inserted = _insert_files(con, files)
+        report.inserted = _insert_files(con, staged)
     if report.embedding_model is not None:
         set_meta(con, "embedding_model", report.embedding_model)
         set_meta(con, "dim", report.dim)
@@ -302,30 +268,33 @@ def _replace_rows(
 INSERT_GROUP_ROWS = 16_384  # partition files are inserted together up to this many rows
 
 
-def _insert_files(con: duckdb.DuckDBPyConnection, files: list[str]) -> int:
+def _insert_files(con: duckdb.DuckDBPyConnection, staged: Staged) -> int:
     """Insert the partition files in groups of up to INSERT_GROUP_ROWS rows (inside the caller's
     transaction).
 
     One ``read_parquet`` over every file makes DuckDB scan them all in parallel, and the memory
     of that scan grows with the store; in groups it is bounded by the larger of the group and the
-    largest partition. Grouping small files keeps the per-statement cost off small loads (10
-    files of 250 rows: 43 ms as one statement, 78 ms file by file).
+    largest partition (for sealed files, decrypted in memory, the same bound holds). Grouping
+    small files keeps the per-statement cost off small loads (10 files of 250 rows: 43 ms as one
+    statement, 78 ms file by file).
 
     Returns:
         Rows inserted.
     """
     cols = ", ".join(TABLE_COLUMNS)
-    sql = f"INSERT INTO chunks ({cols}) SELECT {cols} FROM read_parquet(?::VARCHAR[], hive_partitioning = false)"
     groups: list[list[str]] = []
     rows_in_group = INSERT_GROUP_ROWS
-    for f in files:
-        n = pq.ParquetFile(f).metadata.num_rows
+    for f, n in zip(staged.paths, staged.rows):
         if rows_in_group + n > INSERT_GROUP_ROWS:
             groups.append([])
             rows_in_group = 0
         groups[-1].append(f)
         rows_in_group += n
-    return sum(int(con.execute(sql, [g]).fetchone()[0]) for g in groups)
+    inserted = 0
+    for g in groups:
+        with scan(con, staged, g, columns=list(TABLE_COLUMNS)) as (src, params):
+            inserted += int(con.execute(f"INSERT INTO chunks ({cols}) SELECT {cols} FROM {src}", params).fetchone()[0])
+    return inserted
 
 
 def _commit_checkpointed(con: duckdb.DuckDBPyConnection) -> None:

@@ -4,6 +4,7 @@ A DuckDB ``DELETE`` only marks rows: the deleted texts and vectors stay in the f
 (compressed or not) until the table is rewritten, and ``pragma_storage_info`` still counts them.
 Forgetting a person therefore copies the kept rows into a new file, rebuilds both indexes there
 and swaps the new file in with one rename, so the old blocks leave the home with the old file.
+The copy of an encrypted store is encrypted with the same key (:func:`.duck.attach`).
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def compact_without(path: Path, contact_ids: Iterable[str]) -> int:
             "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() "
             "AND schema_name = 'main' AND table_name = 'chunks' ORDER BY column_index").fetchall()]
         collist = ", ".join(f'"{c}"' for c in cols)
-        con.execute(f"ATTACH {duck._literal(str(new))} AS {_NEW}")
+        duck.attach(con, new, _NEW)  # encrypted under the same key when the home is
         con.execute(f"USE {_NEW}")
         con.execute(table_ddl(dim))
         con.execute(META_DDL)

@@ -1,12 +1,19 @@
 """Open ``brb.duckdb`` with the vss and fts extensions loaded from PyPI packages, never the network.
 
-The extensions ship as ``duckdb-ext-vss`` / ``duckdb-ext-fts`` wheels that install the binaries
-under ``site-packages/duckdb_ext/extensions/v<duckdb>/<platform>/``. Both must match the DuckDB
-version exactly, so the three are pinned together.
+The extensions ship as ``duckdb-ext-vss`` / ``duckdb-ext-fts`` / ``duckdb-ext-httpfs`` wheels
+that install the binaries under ``site-packages/duckdb_ext/extensions/v<duckdb>/<platform>/``.
+They must match the DuckDB version exactly, so all four are pinned together.
 
 Order matters: a database file holding an HNSW index cannot be modified until vss is loaded
 ("Cannot bind index ... unknown index type 'HNSW'"), so we open an in-memory connection, load
 the extensions, and only then ``ATTACH`` the file and ``USE`` it.
+
+In an encrypted home (:func:`brb_pipeline.core.crypto.files.duckdb_key` gives a key) the file is
+attached with ``ENCRYPTION_KEY`` (AES-GCM: pages, WAL and, with ``temp_file_encryption``, spill
+files). DuckDB writes encrypted files only with ``httpfs`` loaded (its OpenSSL; the built-in
+crypto module can only read), so writable connections load it (about 90 ms) and read-only ones
+do not. An HNSW index cannot be built inside an encrypted file, so such a store has none and its
+vector search is an exact scan (:func:`encrypted`, :mod:`.index`).
 """
 
 from __future__ import annotations
@@ -19,7 +26,8 @@ from pathlib import Path
 
 import duckdb
 
-from brb_pipeline.core.errors import StoreError
+from brb_pipeline.core.crypto import files
+from brb_pipeline.core.errors import EncryptionKeyError, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +54,22 @@ def extension_directory() -> Path:
         if d.is_dir():
             return d
     raise StoreError("DuckDB extension directory not found under the duckdb_ext package")
+
+
+def _load_httpfs(con: duckdb.DuckDBPyConnection) -> None:
+    """Load httpfs, the extension that lets DuckDB write encrypted files (never the network).
+
+    Raises:
+        StoreError: the ``duckdb-ext-httpfs`` wheel is missing or its binary does not load.
+    """
+    ext = extension_directory()
+    if not any(ext.glob(f"v{duckdb.__version__}/*/httpfs.duckdb_extension")):
+        raise StoreError(f"the encrypted store needs the httpfs extension: install duckdb-ext-httpfs "
+                         f"matching duckdb {duckdb.__version__}")
+    try:
+        con.execute("LOAD httpfs")
+    except duckdb.Error as exc:
+        raise StoreError(f"cannot load the DuckDB httpfs extension: {str(exc).splitlines()[0]}") from None
 
 
 def connect(
@@ -96,7 +120,8 @@ def connect(
                 raise StoreError(f"no search store at {path}: run `brb ingest` first")
             if not read_only:
                 path.parent.mkdir(parents=True, exist_ok=True)
-            _attach(con, path, read_only=read_only)
+            attach(con, path, CATALOG, read_only=read_only)
+            con.execute(f"USE {CATALOG}")
     except BaseException:
         con.close()
         raise
@@ -123,27 +148,56 @@ def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _attach(con: duckdb.DuckDBPyConnection, path: Path, *, read_only: bool) -> None:
-    literal = _literal(str(path))
-    opts = " (READ_ONLY)" if read_only else ""
+def attach(con: duckdb.DuckDBPyConnection, path: Path, name: str, *, read_only: bool = False) -> None:
+    """``ATTACH`` the database file ``path`` as ``name``, with the key of its home when that home
+    is encrypted (loading httpfs for writing, and encrypting DuckDB's spill files).
+
+    Raises:
+        EncryptionKeyError: the file is encrypted and the key is missing or wrong, or the home is
+            encrypted and the file is not.
+        StoreError: the file is locked by another process or is not a DuckDB database.
+    """
+    path = Path(path)
+    key = files.duckdb_key(path)
+    opts = ["READ_ONLY"] if read_only else []
+    if key is not None:
+        if not read_only:
+            _load_httpfs(con)
+        con.execute("SET temp_file_encryption = true")
+        opts.append(f"ENCRYPTION_KEY {_literal(key)}")
+    clause = f" ({', '.join(opts)})" if opts else ""
     try:
-        con.execute(f"ATTACH {literal} AS {CATALOG}{opts}")
-    except duckdb.IOException as exc:
-        msg = str(exc)
+        con.execute(f"ATTACH {_literal(str(path))} AS {name}{clause}")
+    except duckdb.Error as exc:
+        raise _attach_error(path, exc) from None
+
+
+def _attach_error(path: Path, exc: duckdb.Error) -> StoreError:
+    """The one-line error for a failed ``ATTACH`` of ``path``."""
+    msg = str(exc)
+    if "Wrong encryption key" in msg:
+        return EncryptionKeyError(f"{path} was encrypted with another key than its home's: restore the home's "
+                                  "key, or move the file away and run `brb ingest`")
+    if "without a key" in msg:
+        return EncryptionKeyError(f"{path} is encrypted, but its home has no encryption.json to say which key "
+                                  "opens it: restore that file (or the whole home) from where it came")
+    if "is not encrypted" in msg:
+        return EncryptionKeyError(f"{path} is not encrypted but its home is: move it away and run `brb ingest`")
+    if isinstance(exc, duckdb.IOException):
         if "Could not set lock" in msg or "Conflicting lock" in msg:
             m = _LOCK_RE.search(msg)
             pid = f"pid {m.group(1)}" if m else "pid ?"
-            raise StoreError(
-                f"{path.name} is in use by another brb process ({pid}) — wait for it or stop it"
-            ) from None
+            return StoreError(f"{path.name} is in use by another brb process ({pid}) — wait for it or stop it")
         if "not a valid DuckDB database" in msg or "database file" in msg.lower():
-            raise StoreError(
-                f"{path} is not a DuckDB database: move it away and run `brb ingest`"
-            ) from None
-        raise StoreError(f"cannot open {path}: {msg.splitlines()[0]}") from None
-    except duckdb.Error as exc:
-        raise StoreError(f"cannot open {path}: {str(exc).splitlines()[0]}") from None
-    con.execute(f"USE {CATALOG}")
+            return StoreError(f"{path} is not a DuckDB database: move it away and run `brb ingest`")
+    return StoreError(f"cannot open {path}: {msg.splitlines()[0]}")
+
+
+def encrypted(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the connection's current store is an encrypted file."""
+    row = con.execute("SELECT any_value(encrypted) FROM duckdb_databases() "
+                      "WHERE database_name = current_database()").fetchone()
+    return bool(row and row[0])
 
 
 # Store-level facts (embedding model, dim, index parameters) ---------------------------------

@@ -5,6 +5,12 @@ that ``pipeline/store.py`` publishes only with both indexes built), never mainta
 an HNSW index built in one pass is faster to build and better connected, and DuckDB's FTS index
 is a static snapshot (new rows are invisible to it until it is rebuilt).
 
+An encrypted store has no HNSW index (DuckDB cannot build one inside an encrypted file, and a
+plaintext side file would hold the embeddings, which can be partly inverted into text): its
+"vector index" is the record :func:`build_hnsw` writes in ``meta`` (``{"exact": true, ...}``),
+with the same life as an index (dropped by a load, stale when the rows change), and the search
+runs an exact scan of the vectors (:mod:`brb_pipeline.core.search.sql`).
+
 Lexical findability. DuckDB's default FTS ``ignore`` pattern ``(\\.|[^a-z])+`` deletes every
 character outside a-z, so digits, Turkish, Arabic, CJK and words glued to emoji disappear. We
 keep letters, digits and marks of every script (``[^\\p{L}\\p{N}\\p{M}]+`` is the separator),
@@ -41,7 +47,7 @@ from datetime import datetime, timezone
 
 import duckdb
 
-from brb_pipeline.core.store.duck import get_meta, set_meta, table_exists
+from brb_pipeline.core.store.duck import encrypted, get_meta, set_meta, table_exists
 from brb_pipeline.core.errors import StoreError
 
 log = logging.getLogger(__name__)
@@ -60,6 +66,7 @@ FTS_PARAMS = {
     "lower": 1,
 }
 REBUILD_HINT = "run `brb ingest` (or `brb reindex`) to rebuild it"
+EXACT_REASON = "encrypted store: exact vector search"
 
 _PHONE_RE = re.compile(r"\+?\d(?:[ \-.()/]{0,2}\d){6,}")
 _NON_DIGIT_RE = re.compile(r"\D")
@@ -159,12 +166,15 @@ def fts_query_text(query: str, region: str = "US") -> str:
 
 
 def hnsw_present(con: duckdb.DuckDBPyConnection) -> bool:
+    """The HNSW index exists, or (encrypted store) the exact search was recorded by :func:`build_hnsw`."""
     row = con.execute(
         "SELECT count(*) FROM duckdb_indexes() WHERE database_name = current_database() "
         "AND index_name = ?",
         [HNSW_INDEX],
     ).fetchone()
-    return bool(row and row[0])
+    if row and row[0]:
+        return True
+    return bool((get_meta(con, "hnsw") or {}).get("exact")) and encrypted(con)
 
 
 def fts_present(con: duckdb.DuckDBPyConnection) -> bool:
@@ -214,6 +224,7 @@ def build_hnsw(
     """Drop and rebuild the HNSW index on ``chunks.embedding``, then checkpoint.
 
     Must not run inside an explicit transaction (DuckDB's HNSW persistence has no WAL recovery).
+    On an encrypted store nothing is built: ``meta`` records that vectors are searched exactly.
 
     Args:
         m: graph degree (HNSW ``M``).
@@ -230,12 +241,17 @@ def build_hnsw(
     rows = _chunk_rows(con)
     t0 = time.perf_counter()
     con.execute(f"DROP INDEX IF EXISTS {HNSW_INDEX}")
-    con.execute(
-        f"CREATE INDEX {HNSW_INDEX} ON chunks USING HNSW (embedding) "
-        f"WITH (metric = '{metric}', M = {m}, ef_construction = {ef_construction})"
-    )
+    params: dict = {"metric": metric, "m": m, "ef_construction": ef_construction}
+    exact = encrypted(con)
+    if exact:
+        # Never attempted: it fails and invalidates the database (DuckDB 1.4.4 and 1.5.5).
+        params.update(exact=True, reason=EXACT_REASON)
+    else:
+        con.execute(
+            f"CREATE INDEX {HNSW_INDEX} ON chunks USING HNSW (embedding) "
+            f"WITH (metric = '{metric}', M = {m}, ef_construction = {ef_construction})"
+        )
     seconds = time.perf_counter() - t0
-    params = {"metric": metric, "m": m, "ef_construction": ef_construction}
     set_meta(
         con,
         "hnsw",
@@ -243,7 +259,11 @@ def build_hnsw(
          "embedding_model": get_meta(con, "embedding_model")},
     )
     con.execute("CHECKPOINT")
-    log.info("Indexing - HNSW over %d chunks in %.1f s (M=%d, ef_construction=%d)", rows, seconds, m, ef_construction)
+    if exact:
+        log.info("Indexing - encrypted store: %d chunk vectors are searched exactly (no HNSW)", rows)
+    else:
+        log.info("Indexing - HNSW over %d chunks in %.1f s (M=%d, ef_construction=%d)", rows, seconds, m,
+                 ef_construction)
     return IndexReport(HNSW_INDEX, rows, seconds, params)
 
 

@@ -12,6 +12,8 @@ per person and month), so a full rebuild costs little.
 This runs in the vector index stage, in the staging copy of the store, so topic indexes are
 published with the chunk indexes by the same rename. A store without ``topics`` (older stores)
 or with an empty one (no model configured) gets no topic table and no error.
+An encrypted store gets the BM25 index only: its topic vectors are searched exactly, as the
+chunks' are (:mod:`.index`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from brb_pipeline.core.store.duck import get_meta, set_meta, table_exists
+from brb_pipeline.core.store.duck import encrypted, get_meta, set_meta, table_exists
 from brb_pipeline.core.store.index import FTS_PARAMS, lexical_extra
 
 log = logging.getLogger(__name__)
@@ -67,7 +69,8 @@ def _built_for(con: duckdb.DuckDBPyConnection) -> bool:
     fts = con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
                       "AND schema_name = ? AND table_name IN ('docs', 'dict', 'terms', 'stats')",
                       [TOPIC_FTS_SCHEMA]).fetchone()[0]
-    return bool(hnsw and fts == 4 and info.get("embedding_model") == get_meta(con, "embedding_model")
+    return bool((hnsw or encrypted(con)) and fts == 4
+                and info.get("embedding_model") == get_meta(con, "embedding_model")
                 and info.get("dim") == get_meta(con, "dim"))
 
 
@@ -168,9 +171,10 @@ def _insert(con: duckdb.DuckDBPyConnection, emb: Any, rows: list[tuple[str, str]
 
 
 def _build(con: duckdb.DuckDBPyConnection, m: int, ef_construction: int) -> None:
-    """HNSW (cosine) and BM25 over ``topic_vectors``."""
-    con.execute(f"CREATE INDEX {TOPIC_HNSW} ON {TOPIC_VECTORS} USING HNSW (embedding) "
-                f"WITH (metric = 'cosine', M = {int(m)}, ef_construction = {int(ef_construction)})")
+    """HNSW (cosine; none in an encrypted store) and BM25 over ``topic_vectors``."""
+    if not encrypted(con):
+        con.execute(f"CREATE INDEX {TOPIC_HNSW} ON {TOPIC_VECTORS} USING HNSW (embedding) "
+                    f"WITH (metric = 'cosine', M = {int(m)}, ef_construction = {int(ef_construction)})")
     p = FTS_PARAMS
     ignore = p["ignore"].replace("'", "''")
     con.execute(
