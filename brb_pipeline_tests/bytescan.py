@@ -8,7 +8,9 @@ hides from raw bytes (Parquet pages are zstd/snappy, DuckDB text may be FSST-com
 bodies base64 or quoted-printable, header names RFC 2047 encoded-words). Files are copied
 to a temporary folder before they are opened, so scanning never changes what is scanned.
 
-Used by the privacy tests: ``scan(home, needles)`` lists every place a needle was found.
+Used by the privacy tests: ``scan(home, needles)`` lists every place a needle was found. A file
+of an encrypted home is read as someone holding a copy without the key would: sealed files and
+encrypted DuckDB databases give only their raw bytes.
 """
 
 from __future__ import annotations
@@ -108,10 +110,14 @@ def _scan_sqlite(p: Path, needles: list[str]) -> list[tuple[str, str]]:
 
 
 def _scan_duckdb(p: Path, needles: list[str]) -> list[tuple[str, str]]:
+    from brb_pipeline.core.errors import EncryptionKeyError
     from brb_pipeline.core.store import duck
 
     out = []
-    con = duck.connect(p, read_only=True)
+    try:
+        con = duck.connect(p, read_only=True)
+    except EncryptionKeyError:  # encrypted, and the copy is outside its home: no key, as for a thief
+        return []
     try:
         cols = con.execute(
             "SELECT schema_name, table_name, column_name FROM duckdb_columns() "

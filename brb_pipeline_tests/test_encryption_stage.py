@@ -31,8 +31,6 @@ from brb_pipeline_tests import bytescan
 PROMISE = "promised to bring the marzipan zeppelin"
 REPLY = json.dumps([{"label": "Zeppelin errand", "summary": f"They {PROMISE} on Friday.",
                      "first_message": 1, "last_message": 2}])
-#: The per-batch partitions (chunks with vectors) are core.store's files, sealed and tested there.
-PARTITIONS = "chunks"
 
 
 def _ingest(root: Path, archive, name: str, encrypted: bool, mp: pytest.MonkeyPatch) -> Settings:
@@ -75,9 +73,8 @@ def _all(needles: dict[str, list[str]]) -> list[str]:
 
 
 def _staged(s: Settings) -> list[Path]:
-    """Every staged file but the per-batch partitions (core.store's)."""
-    return [p for p in sorted(s.staging_dir.rglob("*")) if p.is_file()
-            and not (p.parent.name == PARTITIONS and p.name.endswith(".parquet"))]
+    """Every staged file, the per-batch partitions (chunks with their vectors) included."""
+    return [p for p in sorted(s.staging_dir.rglob("*")) if p.is_file()]
 
 
 def test_every_staged_file_is_sealed_and_holds_no_phrase_name_or_handle(homes):
@@ -87,12 +84,11 @@ def test_every_staged_file_is_sealed_and_holds_no_phrase_name_or_handle(homes):
     # the stages' files are all there: parse, contacts, chunking, embedding, memory, insights
     assert {"parsed_messages.parquet", "parsed_chats.parquet", "messages.parquet", "insights/projection.parquet",
             "insights/clusters.parquet", "insights/labels.parquet", "insights/label_cache.json"} <= names
-    for sub in ("chunked", "topics", "profiles"):
+    for sub in ("chunked", "chunks", "topics", "profiles"):
         assert any(n.startswith(f"{sub}/batch=") for n in names), sub
     assert any(n.endswith(".parquet.embedcfg") for n in names)
     assert [str(p) for p in staged if not files.sealed(p)] == []
-    found = [f for f in bytescan.scan(enc.staging_dir, _all(needles))
-             if not f.path.startswith(f"{PARTITIONS}/")]
+    found = bytescan.scan(enc.staging_dir, _all(needles))
     assert found == [], bytescan.summary(found)
     # the control: the plaintext home's Parquet (read with its reader: zstd hides raw phrases) and
     # JSON hold every kind of needle, and none of its files is sealed
