@@ -107,6 +107,8 @@ def _encryption_status(s: Settings) -> dict[str, Any]:
 
 
 def _encryption_line(e: dict[str, Any]) -> str:
+    if e.get("encrypted") is None:
+        return f"encryption      {e.get('note', '')}"
     if e.get("encrypted"):
         return f"encryption      {e['cipher']}, key from {e['key_source']}" + ("" if e.get("key_ok") or "missing" in e["key_source"] else " (WRONG KEY)")
     return f"encryption      off ({e.get('note', '')})"
@@ -125,7 +127,6 @@ def status_lines(st: dict[str, Any]) -> list[str]:
         f"clusters        {st['clusters']}",
         f"channels        {ch}",
         f"last ingestion  {last.get('status', 'never')}",
-        _encryption_line(st["encryption"]),
     ]
     ix = st["indexes"] or {}
     lines.append("indexes         " + (", ".join(
@@ -133,6 +134,7 @@ def status_lines(st: dict[str, Any]) -> list[str]:
     mem = st.get("memory") or {}
     lines.append("memory          " + (f"skipped: {mem['reason']}" if mem.get("skipped") else
                                       f"{mem.get('topics', 0):,} topics, {mem.get('profiles', 0):,} profiles"))
+    lines.append(_encryption_line(st["encryption"]))
     lines += [f"warning         check {w.get('check')} on {w.get('asset')}" for w in st["warnings"]]
     return lines
 

@@ -168,6 +168,7 @@ def test_status_text_on_empty_and_full_home(tmp_path, ingested_home):
         "embedding model None\nclusters        0\nchannels        imessage on, whatsapp off, mail off\n"
         "last ingestion  never\nindexes         none\n"
         "memory          skipped: no local model configured: set BRB_LLM_MODEL_PATH\n"
+        "encryption      new home: the first ingestion makes it plaintext (--no-encryption)\n"
     )
     st = status_json(ingested_home)
     lines = cli("status", home=ingested_home).stdout.splitlines()
@@ -176,6 +177,7 @@ def test_status_text_on_empty_and_full_home(tmp_path, ingested_home):
                          f"chunks          {st['chunks']:,}"]
     assert lines[8] == "indexes         hnsw ok, fts ok"
     assert lines[9] == "memory          skipped: no local model configured: set BRB_LLM_MODEL_PATH"
+    assert lines[10] == "encryption      off (plaintext: --no-encryption)"  # the test suite's homes are plaintext
 
 
 def test_search_json_and_insights_path(ingested_home):

@@ -211,7 +211,10 @@ def describe(s: Settings) -> dict[str, Any]:
     home = Path(s.home)
     m = read_marker(home)
     if m is None:
-        return {"encrypted": None, "note": "not ingested yet" if not _has_data(home) else "plaintext (no encryption.json)"}
+        if _has_data(home):
+            return {"encrypted": None, "note": "plaintext (made before encryption at rest)"}
+        return {"encrypted": None, "note": "new home: the first ingestion encrypts it (AES-256-GCM)" if _wanted(s)
+                else "new home: the first ingestion makes it plaintext (--no-encryption)"}
     if not m.get("encrypted"):
         return {"encrypted": False, "note": f"plaintext: {m.get('reason', '')}".rstrip(": ")}
     key, where = _found_key(home)
