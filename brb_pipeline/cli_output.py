@@ -93,7 +93,8 @@ def _store_status(s: Settings, out: dict[str, Any]) -> None:
         finally:
             con.close()
         out["indexes"] = {k: {"present": bool(ix[k]["present"]), "rows": ix[k].get("rows"),
-                              "matches_chunks": bool(ix[k]["present"] and not ix[k]["stale"])}
+                              "matches_chunks": bool(ix[k]["present"] and not ix[k]["stale"]),
+                              **({"exact": True} if ix[k].get("exact") else {})}
                           for k in ("hnsw", "fts")}
         out["search_ready"] = bool(ix["ready"])
     except BrbError as e:
@@ -130,7 +131,8 @@ def status_lines(st: dict[str, Any]) -> list[str]:
     ]
     ix = st["indexes"] or {}
     lines.append("indexes         " + (", ".join(
-        f"{k} {'ok' if v['matches_chunks'] else ('stale' if v['present'] else 'missing')}" for k, v in ix.items()) or "none"))
+        f"{'exact vectors' if v.get('exact') else k} {'ok' if v['matches_chunks'] else ('stale' if v['present'] else 'missing')}"
+        for k, v in ix.items()) or "none"))
     mem = st.get("memory") or {}
     lines.append("memory          " + (f"skipped: {mem['reason']}" if mem.get("skipped") else
                                       f"{mem.get('topics', 0):,} topics, {mem.get('profiles', 0):,} profiles"))
