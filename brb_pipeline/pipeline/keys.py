@@ -71,15 +71,21 @@ def key_file(home: Path) -> Path:
     return key_dir() / f"data-{_home_key_id(home)}.key"
 
 
+def _hex_key(text: str) -> bytes | None:
+    """A 256-bit key written as 64 hex digits, or None when ``text`` is not one."""
+    try:
+        key = bytes.fromhex(text.strip())
+    except ValueError:
+        return None
+    return key if len(key) == KEY_BYTES else None
+
+
 def _env_key() -> bytes | None:
     v = os.environ.get(ENV_KEY, "").strip()
     if not v:
         return None
-    try:
-        key = bytes.fromhex(v)
-    except ValueError:
-        key = b""
-    if len(key) != KEY_BYTES:
+    key = _hex_key(v)
+    if key is None:
         raise EncryptionKeyError(f"{ENV_KEY} must be {KEY_BYTES * 2} hex digits (a 256-bit key); "
                                  "make one with `python -c 'import os; print(os.urandom(32).hex())'`")
     return key
@@ -261,12 +267,8 @@ def new_key_for_rotation() -> bytes:
     """The key a rotation moves to: ``BRB_NEW_KEY`` when the current one comes from ``BRB_KEY``
     (brb cannot change the environment it was given), else a fresh random key."""
     if os.environ.get(ENV_KEY):
-        v = os.environ.get(ENV_NEW_KEY, "").strip()
-        try:
-            key = bytes.fromhex(v)
-        except ValueError:
-            key = b""
-        if len(key) != KEY_BYTES:
+        key = _hex_key(os.environ.get(ENV_NEW_KEY, ""))
+        if key is None:
             raise EncryptionKeyError(f"the key comes from ${ENV_KEY}: give the new one as ${ENV_NEW_KEY} "
                                      f"({KEY_BYTES * 2} hex digits), then set ${ENV_KEY} to it")
         return key

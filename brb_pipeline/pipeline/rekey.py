@@ -23,6 +23,7 @@ from brb_pipeline.core import faults, metadata
 from brb_pipeline.core.crypto.sealed import is_sealed, key_check, seal, subkey, unseal
 from brb_pipeline.core.errors import EncryptionKeyError, StoreError
 from brb_pipeline.pipeline import keys
+from brb_pipeline.pipeline.store import discard_next, fsync
 from brb_pipeline.settings import Settings
 
 SUFFIX = ".rekey"
@@ -77,17 +78,9 @@ def _stage(home: Path, old: bytes, new: bytes) -> int:
             tmp = dst.with_name(dst.name + ".tmp")
             tmp.write_bytes(seal(new, unseal(old, raw, what=str(p))))
             tmp.replace(dst)
-        _fsync(dst)
+        fsync(dst)
         n += 1
     return n
-
-
-def _fsync(p: Path) -> None:
-    fd = os.open(p, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _swap(home: Path) -> int:
@@ -127,8 +120,6 @@ def rekey(s: Settings) -> dict[str, Any]:
     old = keys.data_key(home)
     if _running(s):
         raise StoreError("an ingestion is running in this home: rotate the key when it has finished")
-    from brb_pipeline.pipeline.store import discard_next
-
     discard_next(s)
     for p in _leftovers(home):  # a rotation killed in step 1
         p.unlink()

@@ -66,7 +66,8 @@ def _begin_update(s: Settings) -> Path:
     return nxt
 
 
-def _fsync(path: Path) -> None:
+def fsync(path: Path) -> None:
+    """Flush a file (or a folder's entries) to disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -97,10 +98,10 @@ def publish(s: Settings) -> dict[str, Any] | None:
         con.close()
     if _wal(nxt).exists():
         raise StoreError(f"the new store {nxt.name} did not close cleanly; it was not published: rerun `brb ingest`")
-    _fsync(nxt)
+    fsync(nxt)
     _wal(s.duckdb_path).unlink(missing_ok=True)  # its content is in the copy
     os.replace(nxt, s.duckdb_path)
-    _fsync(s.home)
+    fsync(s.home)
     faults.point("published")
     if loaded:
         metadata.mark_loaded(s.brb_db, loaded)
