@@ -120,8 +120,10 @@ def test_a_missing_key_is_one_line_and_changes_nothing(world, home):
     saved = home["key_file"].read_bytes()
     home["key_file"].unlink()
     before = _digests(h)
-    for args in (("search", "movie"), ("ingest", "--progress", "none"), ("status",),
-                 ("forget", "--contact", world["person"]["name"], "--yes"), ("insights",)):
+    r = brb("status", home=h, env=env)  # status is where one looks: it says so and reads nothing else
+    assert r.returncode == 0 and "missing (looked in" in r.stdout and str(home["key_file"].parent) in r.stdout
+    for args in (("search", "movie"), ("ingest", "--progress", "none"),
+                 ("forget", "--contact", world["person"]["name"], "--yes"), ("insights",), ("rekey",)):
         r = brb(*args, home=h, env=env)
         assert r.returncode != 0, args
         err = [x for x in r.stderr.strip().splitlines() if "channel ON" not in x]  # ingest's opt-in notices
