@@ -20,6 +20,7 @@ import polars as pl
 
 from brb_pipeline.core import metadata
 from brb_pipeline.core.errors import BrbError
+from brb_pipeline.pipeline.keystore import os_keychain, home_path_id, key_dir, shred_file, write_key_file
 from brb_pipeline.settings import Settings
 
 FORGOTTEN_DDL = """CREATE TABLE IF NOT EXISTS forgotten (
@@ -29,9 +30,6 @@ FORGOTTEN_DDL = """CREATE TABLE IF NOT EXISTS forgotten (
     PRIMARY KEY (kind, digest)
 )"""
 
-#: Where the forget key lives when no OS keychain works: ``$BRB_KEY_DIR``, else
-#: ``$XDG_CONFIG_HOME/brb``, else ``~/.config/brb`` (never inside the home dir).
-KEY_DIR_ENV = "BRB_KEY_DIR"
 KEYRING_SERVICE = "brb-pipeline forget key"
 _HMAC = "hmac:"
 _KEYCHECK = "brb forget key check"
@@ -42,47 +40,19 @@ class ForgetKeyError(BrbError):
     """The home's forget key is not where it was (keychain locked or key file gone)."""
 
 
-def _home_id(s: Settings) -> str:
-    return hashlib.sha256(str(Path(s.home).expanduser().resolve()).encode()).hexdigest()[:32]
-
-
-def key_dir() -> Path:
-    """The folder of forget key files (see :data:`KEY_DIR_ENV`)."""
-    if os.environ.get(KEY_DIR_ENV):
-        return Path(os.environ[KEY_DIR_ENV]).expanduser()
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base).expanduser() / "brb"
-
-
 def key_file(s: Settings) -> Path:
     """This home's key file: one per home, named by a hash of the home's absolute path."""
-    return key_dir() / f"forget-{_home_id(s)}.key"
-
-
-def _keyring():
-    """The keyring module when an OS keychain backend is usable, else None. A key dir set in
-    the environment always means files (tests, or a user who wants the key on their own volume)."""
-    if os.environ.get(KEY_DIR_ENV):
-        return None
-    try:
-        import keyring
-        from keyring.backends import fail
-
-        if isinstance(keyring.get_keyring(), fail.Keyring):
-            return None
-        return keyring
-    except Exception:  # no keyring package or a broken backend: fall back to the key file
-        return None
+    return key_dir() / f"forget-{home_path_id(s.home)}.key"
 
 
 def _read_key(s: Settings) -> bytes | None:
     f = key_file(s)
     if f.exists():
         return bytes.fromhex(f.read_text().strip())
-    kr = _keyring()
+    kr = os_keychain()
     if kr is not None:
         try:
-            v = kr.get_password(KEYRING_SERVICE, _home_id(s))
+            v = kr.get_password(KEYRING_SERVICE, home_path_id(s.home))
         except Exception:
             v = None
         if v:
@@ -92,39 +62,26 @@ def _read_key(s: Settings) -> bytes | None:
 
 def _create_key(s: Settings) -> bytes:
     key = os.urandom(32)
-    kr = _keyring()
+    kr = os_keychain()
     if kr is not None:
         try:
-            kr.set_password(KEYRING_SERVICE, _home_id(s), key.hex())
-            if kr.get_password(KEYRING_SERVICE, _home_id(s)) == key.hex():
+            kr.set_password(KEYRING_SERVICE, home_path_id(s.home), key.hex())
+            if kr.get_password(KEYRING_SERVICE, home_path_id(s.home)) == key.hex():
                 return key
         except Exception:
             pass  # e.g. Linux without a Secret Service: the key file below
-    f = key_file(s)
-    f.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(f, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(key.hex())
+    write_key_file(key_file(s), key)
     return key
 
 
 def shred_key(s: Settings) -> bool:
     """Remove this home's forget key (file and keychain entry). Returns whether one existed."""
-    found = False
-    f = key_file(s)
-    if f.exists():
-        size = f.stat().st_size
-        with f.open("r+b") as out:  # overwrite first: the file system may keep the old blocks
-            out.write(os.urandom(size))
-            out.flush()
-            os.fsync(out.fileno())
-        f.unlink()
-        found = True
-    kr = _keyring()
+    found = shred_file(key_file(s))
+    kr = os_keychain()
     if kr is not None:
         try:
-            if kr.get_password(KEYRING_SERVICE, _home_id(s)) is not None:
-                kr.delete_password(KEYRING_SERVICE, _home_id(s))
+            if kr.get_password(KEYRING_SERVICE, home_path_id(s.home)) is not None:
+                kr.delete_password(KEYRING_SERVICE, home_path_id(s.home))
                 found = True
         except Exception:
             pass

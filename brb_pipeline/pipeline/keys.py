@@ -27,7 +27,7 @@ from typing import Any
 from brb_pipeline.core.crypto import files
 from brb_pipeline.core.crypto.sealed import KEY_BYTES, key_check
 from brb_pipeline.core.errors import EncryptionKeyError
-from brb_pipeline.pipeline.forgotten import _home_id, _keyring, key_dir
+from brb_pipeline.pipeline.keystore import os_keychain, home_path_id, key_dir, shred_file, write_key_file
 from brb_pipeline.settings import Settings
 
 MARKER = "encryption.json"
@@ -63,7 +63,7 @@ def _home_key_id(home: Path) -> str:
     """The name the home's key is kept under: a random id in its ``encryption.json`` (so a home
     that is moved or restored from a backup on this machine still finds its key)."""
     m = read_marker(home) or {}
-    return m.get("key_id") or _home_id(Settings(home=Path(home)))
+    return m.get("key_id") or home_path_id(home)
 
 
 def key_file(home: Path) -> Path:
@@ -102,7 +102,7 @@ def _found_key(home: Path) -> tuple[bytes | None, str]:
             return bytes.fromhex(f.read_text().strip()), f"key file {f}"
         except (OSError, ValueError) as e:
             raise EncryptionKeyError(f"the key file {f} cannot be read ({e})") from None
-    kr = _keyring()
+    kr = os_keychain()
     if kr is not None:
         try:
             v = kr.get_password(KEYRING_SERVICE, _home_key_id(home))
@@ -115,7 +115,7 @@ def _found_key(home: Path) -> tuple[bytes | None, str]:
 
 def _looked_in(home: Path) -> str:
     places = [f"${ENV_KEY}", f"the key file {key_file(home)}"]
-    if _keyring() is not None:
+    if os_keychain() is not None:
         places.append(f"the OS keychain ({KEYRING_SERVICE!r})")
     return ", ".join(places)
 
@@ -143,7 +143,7 @@ def data_key(home: Path) -> bytes | None:
 
 def _store_new_key(home: Path, key: bytes) -> str:
     """Keep a new key in the keychain (or the key file). Returns where it went."""
-    kr = _keyring()
+    kr = os_keychain()
     if kr is not None:
         try:
             kr.set_password(KEYRING_SERVICE, _home_key_id(home), key.hex())
@@ -151,7 +151,7 @@ def _store_new_key(home: Path, key: bytes) -> str:
                 return "keychain"
         except Exception:
             pass  # e.g. Linux without a Secret Service: the key file below
-    _write_key_file(key_file(home), key)
+    write_key_file(key_file(home), key)
     return "file"
 
 
@@ -234,9 +234,9 @@ def shred(s: Settings) -> bool:
     """Destroy this home's data key (key file overwritten then removed, keychain entry deleted)
     and its ``encryption.json``. Returns whether a key was found."""
     home = Path(s.home)
-    found = _shred_file(key_file(home))
-    _shred_file(_next_file(home))
-    kr = _keyring()
+    found = shred_file(key_file(home))
+    shred_file(_next_file(home))
+    kr = os_keychain()
     if kr is not None:
         for account in (_home_key_id(home), _home_key_id(home) + ":next"):
             try:
@@ -275,27 +275,15 @@ def new_key_for_rotation() -> bytes:
     return os.urandom(KEY_BYTES)
 
 
-def _write_key_file(f: Path, key: bytes) -> None:
-    f.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = f.with_name(f.name + ".tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(key.hex())
-        out.flush()
-        os.fsync(out.fileno())
-    tmp.replace(f)
-
-
 def keep_next_key(home: Path, key: bytes) -> None:
     """Keep a rotation's new key beside the current one (nothing to keep when it is ``BRB_NEW_KEY``)."""
     if os.environ.get(ENV_KEY):
         return
-    kr = _keyring() if read_marker(home).get("key_kept_in") == "keychain" else None
+    kr = os_keychain() if read_marker(home).get("key_kept_in") == "keychain" else None
     if kr is not None:
         kr.set_password(KEYRING_SERVICE, _home_key_id(home) + ":next", key.hex())
     else:
-        _write_key_file(_next_file(home), key)
+        write_key_file(_next_file(home), key)
 
 
 def next_key(home: Path) -> bytes | None:
@@ -305,7 +293,7 @@ def next_key(home: Path) -> bytes | None:
     f = _next_file(home)
     if f.exists():
         return bytes.fromhex(f.read_text().strip())
-    kr = _keyring()
+    kr = os_keychain()
     v = kr.get_password(KEYRING_SERVICE, _home_key_id(home) + ":next") if kr is not None else None
     return bytes.fromhex(v) if v else None
 
@@ -316,17 +304,17 @@ def promote_next_key(home: Path, key: bytes) -> None:
     _cache.clear()
     if os.environ.get(ENV_KEY):
         return
-    kr = _keyring() if read_marker(home).get("key_kept_in") == "keychain" else None
+    kr = os_keychain() if read_marker(home).get("key_kept_in") == "keychain" else None
     if kr is not None:
         kr.set_password(KEYRING_SERVICE, _home_key_id(home), key.hex())
         return
-    _shred_file(key_file(home))
-    _write_key_file(key_file(home), key)
+    shred_file(key_file(home))
+    write_key_file(key_file(home), key)
 
 
 def drop_next_key(home: Path) -> None:
-    _shred_file(_next_file(home))
-    kr = _keyring()
+    shred_file(_next_file(home))
+    kr = os_keychain()
     if kr is not None:
         try:
             kr.delete_password(KEYRING_SERVICE, _home_key_id(home) + ":next")
@@ -335,19 +323,6 @@ def drop_next_key(home: Path) -> None:
 
 
 _cache: dict[Path, tuple[float, bytes | None]] = {}
-
-
-def _shred_file(f: Path) -> bool:
-    """Overwrite a key file, then remove it (the file system may keep the old blocks otherwise)."""
-    if not f.exists():
-        return False
-    size = f.stat().st_size
-    with f.open("r+b") as out:
-        out.write(os.urandom(size))
-        out.flush()
-        os.fsync(out.fileno())
-    f.unlink()
-    return True
 
 
 def _provider(path: Path) -> bytes | None:

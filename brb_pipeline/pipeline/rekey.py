@@ -52,9 +52,8 @@ def _copy_duckdb(src: Path, dst: Path, new: bytes) -> None:
     from brb_pipeline.core.store import duck
 
     dst.unlink(missing_ok=True)
-    con = duck.connect(src)  # the home's current key; checkpoints its WAL when closed
+    con = duck.connect(src)  # the home's current key (httpfs loaded: it writes); checkpoints its WAL when closed
     try:
-        con.execute("LOAD httpfs")
         con.execute(f"ATTACH '{dst}' AS rekey_dst (ENCRYPTION_KEY '{subkey(new, 'duckdb').hex()}')")
         con.execute(f"COPY FROM DATABASE {duck.CATALOG} TO rekey_dst")
         con.execute("DETACH rekey_dst")
