@@ -25,10 +25,12 @@ from brb_pipeline.core.store import duck
 from brb_pipeline.core.contacts.lookup import find_contacts
 from brb_pipeline.core.errors import StoreError
 from brb_pipeline.core.search.fusion import Fusion
-from brb_pipeline.core.contacts.routing import ContactRef, route_query
+from brb_pipeline.core.contacts.routing import ContactRef, Router
 from brb_pipeline.core.search.hybrid import neighbours, search
 from brb_pipeline.core.search.log import log_search
 from brb_pipeline.core.search.profiles import is_commitment_question, read_profile
+from brb_pipeline.core.search.resident import Resident
+from brb_pipeline.core.store.index import fts_present
 from brb_pipeline.settings import Settings
 
 
@@ -51,20 +53,23 @@ def contact_refs(s: Settings) -> list[ContactRef]:
 
 @dataclass(frozen=True)
 class _Store:
-    """What a Searcher reads once: the read-only store, the contacts (routing and hit names) and
-    the model the store was embedded with."""
+    """What a Searcher reads once: the read-only store, the contacts (routing and hit names), the
+    model the store was embedded with and, for a session of many searches, the chunks held in
+    memory (:class:`.resident.Resident`; None: searches run as SQL)."""
 
     con: Any
     refs: list[ContactRef]
     model: str | None
+    resident: Resident | None = None
 
     @classmethod
-    def open(cls, s: Settings) -> _Store:
+    def open(cls, s: Settings, resident: bool = False) -> _Store:
         require_store(s)
         refs = contact_refs(s)
         con = duck.connect(s.duckdb_path, read_only=True)
         try:
-            return cls(con, refs, duck.get_meta(con, "embedding_model"))
+            held = Resident.load(con) if resident and duck.table_exists(con, "chunks") and fts_present(con) else None
+            return cls(con, refs, duck.get_meta(con, "embedding_model"), held)
         except BaseException:
             con.close()
             raise
@@ -76,31 +81,36 @@ class Searcher:
     Args:
         embedder: the store's embedding model (None only for lexical searches).
         store: an opened store (default: opened here).
+        resident: hold the chunks in memory for fast searches (``store`` None only): costs a
+            load of every vector, text and BM25 posting at open, so a one-shot search runs as SQL.
 
     Raises:
         StoreError: no store yet.
     """
 
-    def __init__(self, s: Settings, *, embedder: Any | None, store: _Store | None = None) -> None:
-        store = store or _Store.open(s)
+    def __init__(self, s: Settings, *, embedder: Any | None, store: _Store | None = None,
+                 resident: bool = True) -> None:
+        store = store or _Store.open(s, resident)
         self.settings = s
         self.embedder = embedder
-        self.con, self.refs, self.stored_model = store.con, store.refs, store.model
+        self.con, self.refs, self.stored_model, self.resident = store.con, store.refs, store.model, store.resident
         self._names = {r.contact_id: r.display_name for r in self.refs}
+        self._router = Router(self.refs)
 
     @classmethod
-    def open(cls, s: Settings, *, mode: str = "hybrid", load: Callable[[Settings], Any] | None = None) -> Searcher:
+    def open(cls, s: Settings, *, mode: str = "hybrid", load: Callable[[Settings], Any] | None = None,
+             resident: bool = True) -> Searcher:
         """A Searcher with the model the mode needs, the store opening in a worker thread while
         the model loads here (MLX streams belong to the thread that made them): loading the
         vss/fts extensions and loading the weights both release the GIL, so a one-shot search
         pays about the slower of the two instead of their sum."""
         require_store(s)
         if mode == "lexical":
-            return cls(s, embedder=None)
+            return cls(s, embedder=None, resident=resident)
         if load is None:
             from brb_pipeline.core.embedding.models import load_embedder as load
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="brb-store") as pool:
-            store = pool.submit(_Store.open, s)
+            store = pool.submit(_Store.open, s, resident)
             try:
                 embedder = load(s)
             except BaseException:
@@ -166,7 +176,7 @@ class Searcher:
         text = query
         routing: dict[str, Any] = {"matched": [], "contact_ids": [], "query": query}
         if route and not contact_ids:
-            routed = route_query(query, self.refs)
+            routed = self._router.route(query)
             if routed.contact_ids and routed.query.strip():
                 text, contact_ids = routed.query, list(routed.contact_ids)
                 routing = {"matched": list(routed.matched), "contact_ids": contact_ids, "query": text}
@@ -176,7 +186,8 @@ class Searcher:
         res = search(self.con, query_text=text, query_vec=vec, mode=mode, k=k, fusion=fusion or fusion_of(s),
                      contact_ids=contact_ids or None, channel=channel, since=since, until=until,
                      ef_search=s.hnsw_ef_search, merge=merge, diversity=diversity,
-                     min_similarity=s.search_min_similarity or None, region=s.default_region, topics=True)
+                     min_similarity=s.search_min_similarity or None, region=s.default_region, topics=True,
+                     resident=self.resident)
         res.timings_ms["embed"] = embed_ms  # the query embedding, apart from search's own total
         hits = [self._topic_hit(h) if h.kind == "topic" else self._hit(h, context) for h in res.hits]
         profile = self._commitments(contact_ids[0]) if contact_ids and is_commitment_question(query) else None
@@ -238,7 +249,7 @@ def run_search(s: Settings, query: str, *, embedder: Any | None, **options: Any)
     """One search with its own store open and close (``brb search "QUERY"``); ``latency_ms``
     includes the open. Options as :meth:`Searcher.search`."""
     started = time.perf_counter()
-    with Searcher(s, embedder=embedder) as searcher:
+    with Searcher(s, embedder=embedder, resident=False) as searcher:
         return searcher.search(query, started=started, **options)
 
 
@@ -246,5 +257,5 @@ def run_search_cold(s: Settings, query: str, **options: Any) -> dict[str, Any]:
     """One search from nothing loaded (``brb search "QUERY"``): the model loads while the store
     opens; ``latency_ms`` counts from the start of both."""
     started = time.perf_counter()
-    with Searcher.open(s, mode=options.get("mode", "hybrid")) as searcher:
+    with Searcher.open(s, mode=options.get("mode", "hybrid"), resident=False) as searcher:
         return searcher.search(query, started=started, **options)

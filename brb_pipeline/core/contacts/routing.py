@@ -80,50 +80,59 @@ def _phrases(contacts: Sequence[ContactRef]) -> dict[tuple[str, ...], set[str]]:
 
 
 def route_query(query: str, contacts: Sequence[ContactRef]) -> RoutedQuery:
-    """Split ``query`` into contacts it names and the rest to search.
+    """Split ``query`` into contacts it names and the rest to search (see :class:`Router`, which
+    a caller routing many queries over the same contacts builds once)."""
+    return Router(contacts).route(query)
+
+
+class Router:
+    """The contacts' names and handles, indexed once for routing many queries.
 
     Args:
-        query: the user's query.
         contacts: contacts with display names and handles (phones in E.164).
-
-    Returns:
-        The rest of the query, the routed contact ids (first mention first) and what matched.
     """
-    spans: list[tuple[int, int, list[str], str]] = []  # start, end, contact ids, matched text
 
-    phone_handles = [
-        (_NON_DIGIT_RE.sub("", h), c.contact_id) for c in contacts for h in c.handles if "@" not in h
-    ]
-    for m in _PHONE_RE.finditer(query):
-        digits = _NON_DIGIT_RE.sub("", m.group(0))
-        ids = sorted(
-            {cid for hd, cid in phone_handles if hd and (hd == digits or (len(digits) >= 7 and hd.endswith(digits)))}
-        )
-        if ids:
-            spans.append((m.start(), m.end(), ids, m.group(0)))
+    def __init__(self, contacts: Sequence[ContactRef]) -> None:
+        self._phones = [(_NON_DIGIT_RE.sub("", h), c.contact_id) for c in contacts for h in c.handles if "@" not in h]
+        self._phrases = _phrases(contacts)
+        self._lengths = sorted({len(p) for p in self._phrases}, reverse=True)
 
-    tokens = [
-        (m.start(), m.end(), fold(m.group(1) or m.group(3)))
-        for m in _TOKEN_RE.finditer(query)
-        if not any(s <= m.start() < e for s, e, _, _ in spans)
-    ]
-    phrases = _phrases(contacts)
-    lengths = sorted({len(p) for p in phrases}, reverse=True)
-    i = 0
-    while i < len(tokens):
-        for n in lengths:
-            key = tuple(t[2] for t in tokens[i : i + n])
-            if len(key) == n and key in phrases:
-                start, end = tokens[i][0], tokens[i + n - 1][1]
-                spans.append((start, end, sorted(phrases[key]), query[start:end]))
-                i += n
-                break
-        else:
-            i += 1
-    if not spans:
-        return RoutedQuery(query=query)
-    spans.sort()
+    def route(self, query: str) -> RoutedQuery:
+        """The rest of the query, the routed contact ids (first mention first) and what matched."""
+        spans, tokens = self._spans(query)
+        if not spans:
+            return RoutedQuery(query=query)
+        return _rest(query, spans, tokens)
 
+    def _spans(self, query: str) -> tuple[list[tuple[int, int, list[str], str]], list[tuple[int, int, str]]]:
+        """(start, end, contact ids, matched text) of every phone, name and e-mail in ``query``, in
+        order; and the (start, end, folded word) of the words outside the phones."""
+        spans: list[tuple[int, int, list[str], str]] = []
+        for m in _PHONE_RE.finditer(query):
+            digits = _NON_DIGIT_RE.sub("", m.group(0))
+            ids = sorted({cid for hd, cid in self._phones
+                          if hd and (hd == digits or (len(digits) >= 7 and hd.endswith(digits)))})
+            if ids:
+                spans.append((m.start(), m.end(), ids, m.group(0)))
+        tokens = [(m.start(), m.end(), fold(m.group(1) or m.group(3))) for m in _TOKEN_RE.finditer(query)
+                  if not any(s <= m.start() < e for s, e, _, _ in spans)]
+        i = 0
+        while i < len(tokens):
+            for n in self._lengths:
+                key = tuple(t[2] for t in tokens[i : i + n])
+                if len(key) == n and key in self._phrases:
+                    start, end = tokens[i][0], tokens[i + n - 1][1]
+                    spans.append((start, end, sorted(self._phrases[key]), query[start:end]))
+                    i += n
+                    break
+            else:
+                i += 1
+        return sorted(spans), tokens
+
+
+def _rest(query: str, spans: list[tuple[int, int, list[str], str]], tokens: list[tuple[int, int, str]]
+          ) -> RoutedQuery:
+    """The routed query: the text outside ``spans`` (and the fillers just before them), and the contacts."""
     # Drop fillers that directly precede a matched span (only whitespace in between).
     remove = [(s, e) for s, e, _, _ in spans]
     for s, _, _, _ in spans:

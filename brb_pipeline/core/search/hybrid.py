@@ -22,6 +22,7 @@ import numpy as np
 from brb_pipeline.core.errors import StoreError
 from brb_pipeline.core.search.fusion import (Fusion, Span, fuse, is_specific, merge_lines, merge_overlapping, mmr_order,
                                       specific_terms)
+from brb_pipeline.core.search.resident import Resident
 from brb_pipeline.core.search.sql import filters, lexical_sql, store_state, term_stats_sql, topic_filters, vector_sql
 from brb_pipeline.core.search.topics import TopicHit, interleave, joint, split, topic_candidates, topic_hits
 from brb_pipeline.core.store.index import REBUILD_HINT, fts_query_text
@@ -64,7 +65,7 @@ class SearchResult:
     query: str
     mode: str
     hits: list[Hit | TopicHit] = field(default_factory=list)  # topic hits only with ``topics=True``
-    vector_strategy: str | None = None  # "hnsw" | "exact" | None
+    vector_strategy: str | None = None  # "hnsw" | "exact" | "memory" (a Resident, exact) | None
     vector_candidates: int = 0
     lexical_candidates: int = 0
     merged: int = 0  # candidate chunks folded into an earlier hit of the same passage
@@ -135,6 +136,7 @@ def search(
     parallel: bool = True,
     region: str = "US",
     topics: bool = False,
+    resident: Resident | None = None,
 ) -> SearchResult:
     """Search the chunk store (and with ``topics`` the topic summaries, see :mod:`.topics`).
 
@@ -158,6 +160,9 @@ def search(
         region: default region for phone numbers typed without a country code (the settings'
             ``default_region``, which the documents' phone tokens were made with).
         topics: also rank topic summaries (:class:`.topics.TopicHit`; none under a channel filter).
+        resident: the store's chunks held in memory (:class:`.resident.Resident`, loaded from
+            ``con``'s store): both lists, the filters and the rows come from it, with the same
+            answers as the SQL path; the topics still come from ``con``.
 
     Raises:
         StoreError: no store, a missing or damaged index (the message names the rebuild
@@ -170,11 +175,15 @@ def search(
     t_start = time.perf_counter()
     fusion = fusion or Fusion()
     q = _prepare(con, mode, query_text, query_vec, k, candidates, merge, ef_search,
-                 filters(contact_ids, channel, since, until), region)
+                 filters(contact_ids, channel, since, until), region, resident.state if resident else None)
     result = SearchResult(query=query_text, mode=mode)
     if q.use_vec:
-        result.vector_strategy = q.vector_strategy
-    vec_rows, lex_rows, term_stats = _candidates(con, q, parallel, result.timings_ms)
+        result.vector_strategy = "memory" if resident is not None else q.vector_strategy
+    if resident is not None:
+        keep = resident.mask(contact_ids, channel, since, until)
+        vec_rows, lex_rows, term_stats = _resident_candidates(con, resident, q, keep, result.timings_ms)
+    else:
+        vec_rows, lex_rows, term_stats = _candidates(con, q, parallel, result.timings_ms)
     result.vector_candidates, result.lexical_candidates = len(vec_rows), len(lex_rows)
     if term_stats is not None:
         result.specific = is_specific(query_text, term_stats[0], term_stats[1], fusion.rare_df_share)
@@ -183,7 +192,7 @@ def search(
                                               result.specific)
     fused, fused_topics = split(fused)
     (result.hits, result.merged), result.timings_ms["fetch"] = _timed(
-        _passages, con, q, fused, k, merge, diversity, vec_rows, lex_rows)
+        _passages, _Rows(con, resident), q, fused, k, merge, diversity, vec_rows, lex_rows)
     result.hits = interleave(result.hits, topic_hits(con, fused_topics, tv, tl), k)
     if q.use_vec and vec_rows:
         result.top_similarity = float(vec_rows[0][1])
@@ -196,10 +205,12 @@ def search(
 
 
 def _prepare(con: duckdb.DuckDBPyConnection, mode: str, text: str, query_vec: np.ndarray | None, k: int,
-             candidates: int, merge: bool, ef_search: int, where: tuple[str, list], region: str) -> _Query:
-    """Check the store and the query vector; the candidate depth. ``where``: :func:`.sql.filters`."""
+             candidates: int, merge: bool, ef_search: int, where: tuple[str, list], region: str,
+             state: tuple | None) -> _Query:
+    """Check the store and the query vector; the candidate depth. ``where``: :func:`.sql.filters`;
+    ``state``: the store's :func:`.sql.store_state` when known (read here when None)."""
     use_vec, use_lex = mode in _VECTOR_MODES, mode in _LEXICAL_MODES
-    has_chunks, vector, has_fts, dim, catalog = store_state(con)
+    has_chunks, vector, has_fts, dim, catalog = state or store_state(con)
     if not has_chunks:
         raise StoreError("no search store yet: run `brb ingest` first")
     if (use_vec and vector is None) or (use_lex and not has_fts):
@@ -243,6 +254,24 @@ def _candidates(con: duckdb.DuckDBPyConnection, q: _Query, parallel: bool,
         if use_lex:
             lex, timings["lexical"] = _timed(_lexical_candidates, con, q)
     return vec_rows, lex[0], (lex[1] if use_lex else None)
+
+
+def _resident_candidates(con: duckdb.DuckDBPyConnection, r: Resident, q: _Query, keep: np.ndarray | None,
+                         timings: dict[str, float]) -> tuple[list, list, tuple[int | None, int] | None]:
+    """:func:`_candidates` from a :class:`.resident.Resident` (the query tokenized by ``con``'s index)."""
+    vec_rows: list[tuple[str, float]] = []
+    lex_rows: list[tuple[str, float]] = []
+    stats = None
+    if q.use_vec:
+        vec_rows, timings["vector"] = _timed(r.vector_top, q.vec, q.candidates, keep)
+    if q.use_lex:
+        t0 = time.perf_counter()
+        specific = specific_terms(q.text)
+        tokens = r.tokens(con, fts_query_text(q.text, q.region), *([" ".join(specific)] if specific else []))
+        lex_rows = r.lexical_top(tokens[0], q.candidates, keep)
+        stats = (r.min_df(tokens[1]), r.num_docs) if specific else (None, 0)
+        timings["lexical"] = (time.perf_counter() - t0) * 1000
+    return vec_rows, lex_rows, stats
 
 
 def _timed(fn, *args):  # noqa: ANN001, ANN202 - a tiny local helper
@@ -290,23 +319,23 @@ def _fuse(mode: str, vec_rows: list[tuple[str, float]], lex_rows: list[tuple[str
     return list(vec_rows if mode == "vector" else lex_rows)
 
 
-def _passages(con: duckdb.DuckDBPyConnection, q: _Query, fused: list[tuple[str, float]], k: int, merge: bool,
+def _passages(rows_of: _Rows, q: _Query, fused: list[tuple[str, float]], k: int, merge: bool,
               diversity: float | None, vec_rows: list[tuple[str, float]], lex_rows: list[tuple[str, float]]
               ) -> tuple[list[Hit], int]:
     """The top ``k`` hits of the fused list (overlapping windows merged, MMR-diversified if asked),
     and how many candidates were folded into an earlier hit."""
     # Two reads: the small columns of every candidate (to merge), then the texts of what is shown
     # (the text is most of a row, so it is fetched for the k hits only).
-    meta = _fetch(con, [cid for cid, _ in fused] if merge or diversity else [cid for cid, _ in fused[:k]],
-                  _META_COLUMNS)
+    meta = rows_of.fetch([cid for cid, _ in fused] if merge or diversity else [cid for cid, _ in fused[:k]],
+                         _META_COLUMNS)
     spans = [Span(cid, meta[cid][1], meta[cid][2], meta[cid][3], meta[cid][4], float(score), i, [cid])
              for i, (cid, score) in enumerate(fused) if cid in meta]
     merged = merge_overlapping(spans) if merge else spans
     n_merged = len(spans) - len(merged)
     if diversity is not None and len(merged) > 1:
-        vecs = _embeddings(con, [g.chunk_id for g in merged], q.dim)
+        vecs = rows_of.embeddings([g.chunk_id for g in merged], q.dim)
         merged = [merged[i] for i in mmr_order([g.score for g in merged], vecs, diversity, k)]
-    rows = _fetch(con, [c for g in merged[:k] for c in g.chunk_ids], _HIT_COLUMNS)
+    rows = rows_of.fetch([c for g in merged[:k] for c in g.chunk_ids], _HIT_COLUMNS)
     return _attach([g for g in merged[:k] if g.chunk_id in rows], rows, dict(vec_rows), lex_rows), n_merged
 
 
@@ -339,6 +368,24 @@ def _attach(groups: Sequence[Span], rows: dict[str, tuple], vec: dict[str, float
             hit.lexical_rank, hit.lexical_score = lex_info[c]
         hits.append(hit)
     return hits
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """Where :func:`_passages` reads candidates' rows: the resident copy when there is one, else SQL."""
+
+    con: duckdb.DuckDBPyConnection
+    resident: Resident | None
+
+    def fetch(self, chunk_ids: list[str], columns: str) -> dict[str, tuple]:
+        if self.resident is not None:
+            return self.resident.rows(chunk_ids, [c.strip() for c in columns.split(",")])
+        return _fetch(self.con, chunk_ids, columns)
+
+    def embeddings(self, chunk_ids: list[str], dim: int | None) -> np.ndarray:
+        if self.resident is not None:
+            return self.resident.embeddings(chunk_ids)
+        return _embeddings(self.con, chunk_ids, dim)
 
 
 def _fetch(con: duckdb.DuckDBPyConnection, chunk_ids: list[str], columns: str) -> dict[str, tuple]:
