@@ -179,11 +179,9 @@ def search(
     result = SearchResult(query=query_text, mode=mode)
     if q.use_vec:
         result.vector_strategy = "memory" if resident is not None else q.vector_strategy
-    if resident is not None:
-        keep = resident.mask(contact_ids, channel, since, until)
-        vec_rows, lex_rows, term_stats = _resident_candidates(con, resident, q, keep, result.timings_ms)
-    else:
-        vec_rows, lex_rows, term_stats = _candidates(con, q, parallel, result.timings_ms)
+    vec_rows, lex_rows, term_stats = (
+        _resident_candidates(con, resident, q, resident.mask(contact_ids, channel, since, until), result.timings_ms)
+        if resident is not None else _candidates(con, q, parallel, result.timings_ms))
     result.vector_candidates, result.lexical_candidates = len(vec_rows), len(lex_rows)
     if term_stats is not None:
         result.specific = is_specific(query_text, term_stats[0], term_stats[1], fusion.rare_df_share)
@@ -194,14 +192,19 @@ def search(
     (result.hits, result.merged), result.timings_ms["fetch"] = _timed(
         _passages, _Rows(con, resident), q, fused, k, merge, diversity, vec_rows, lex_rows)
     result.hits = interleave(result.hits, topic_hits(con, fused_topics, tv, tl), k)
+    _judge(result, q, min_similarity, vec_rows, lex_rows)
+    result.timings_ms["total"] = (time.perf_counter() - t_start) * 1000
+    log.debug("Search - %s k=%d: %d hits in %.1f ms", mode, k, len(result.hits), result.timings_ms["total"])
+    return result
+
+
+def _judge(result: SearchResult, q: _Query, min_similarity: float | None, vec_rows: list, lex_rows: list) -> None:
+    """The best candidate's similarity, and whether it clears the relevance floor (or a specific term matched)."""
     if q.use_vec and vec_rows:
         result.top_similarity = float(vec_rows[0][1])
     if min_similarity is not None and q.use_vec:
         close = result.top_similarity is not None and result.top_similarity >= min_similarity
         result.confident = bool(close or (result.specific and lex_rows))
-    result.timings_ms["total"] = (time.perf_counter() - t_start) * 1000
-    log.debug("Search - %s k=%d: %d hits in %.1f ms", mode, k, len(result.hits), result.timings_ms["total"])
-    return result
 
 
 def _prepare(con: duckdb.DuckDBPyConnection, mode: str, text: str, query_vec: np.ndarray | None, k: int,

@@ -30,7 +30,8 @@ from brb_pipeline.core.search.sql import store_state
 from brb_pipeline.core.store.index import FTS_PARAMS, FTS_SCHEMA
 
 _K1, _B = 1.2, 0.75  # as lexical_sql and DuckDB's match_bm25
-_COLUMNS = ("chunk_id", "contact_id", "chat_id", "channel", "position", "start_ts", "end_ts", "conversation")
+_COLUMNS = ("chunk_id", "contact_id", "chat_id", "channel", "position", "conversation")  # as Python values
+_TIMES = ("start_ts", "end_ts")  # as microseconds, made datetimes for the rows asked for
 
 
 def _tokenize_sql(n: int) -> str:
@@ -41,8 +42,9 @@ def _tokenize_sql(n: int) -> str:
 
 
 def _micros(col: pa.ChunkedArray) -> np.ndarray:
-    """Timestamps as float64 microseconds since the epoch, NaN for NULL (a NaN compares false,
-    as a NULL does in the SQL filters)."""
+    """Timestamps as float64 microseconds since the epoch (exact below 2**53), NaN for NULL (a NaN
+    compares false, as a NULL does in the SQL filters). Never through Python datetimes: pyarrow
+    makes those via pandas, which ``brb search`` keeps unloaded."""
     us = col.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()).to_numpy(zero_copy_only=False)
     return np.where(col.is_null().to_numpy(zero_copy_only=False), np.nan, us.astype(np.float64))
 
@@ -92,7 +94,7 @@ class Resident:
     state: tuple  # :func:`.sql.store_state` of the store it was loaded from (it never changes under it)
     ids: list[str]
     row_of: dict[str, int]
-    columns: dict[str, list]  # _COLUMNS -> values per row
+    columns: dict[str, list]  # _COLUMNS -> values per row (the times are start_us/end_us)
     content: pa.Array
     vectors: np.ndarray  # (n, dim) float32, unit rows
     contact_codes: np.ndarray
@@ -112,7 +114,7 @@ class Resident:
     def load(cls, con: duckdb.DuckDBPyConnection) -> Resident:
         """Read the chunks (and the BM25 index) of the connection's store."""
         state = store_state(con)
-        tbl = con.execute(f"SELECT {', '.join(_COLUMNS)}, content, embedding FROM chunks").fetch_arrow_table()
+        tbl = con.execute(f"SELECT {', '.join(_COLUMNS + _TIMES)}, content, embedding FROM chunks").fetch_arrow_table()
         columns = {c: tbl.column(c).to_pylist() for c in _COLUMNS}
         ids = columns["chunk_id"]
         row_of = {cid: i for i, cid in enumerate(ids)}
@@ -210,8 +212,16 @@ class Resident:
         for cid in chunk_ids:
             i = self.row_of.get(cid)
             if i is not None:
-                out[cid] = tuple(self.content[i].as_py() if c == "content" else self.columns[c][i] for c in columns)
+                out[cid] = tuple(self._value(c, i) for c in columns)
         return out
+
+    def _value(self, column: str, i: int) -> object:
+        if column == "content":
+            return self.content[i].as_py()
+        if column in _TIMES:
+            us = (self.start_us if column == "start_ts" else self.end_us)[i]
+            return None if math.isnan(us) else _EPOCH + timedelta(microseconds=int(us))
+        return self.columns[column][i]
 
     def embeddings(self, chunk_ids: Sequence[str]) -> np.ndarray:
         return self.vectors[[self.row_of[c] for c in chunk_ids]]
