@@ -50,6 +50,7 @@ log = logging.getLogger("brb.bench")
 MODES = ("lexical", "vector", "hybrid")
 KINDS = ("paraphrase", "short", "contact", "exact")
 QUESTIONS_DIR = ROOT / "benchmarks" / "questions"
+SQL_PATH = "_sql_path"  # a variant option: search without the resident store (core/search/resident.py)
 CHAT_ORDER = ["contact_id", "chat_id", "ts", "message_id"]  # the order core.chunking windows over
 
 
@@ -280,6 +281,8 @@ def variants(s: Settings) -> list[tuple[str, dict[str, Any]]]:
     rrf = lambda w, sw=None: Fusion("rrf", w, sw, d.rare_df_share, d.rrf_k)  # noqa: E731
     score = lambda w, sw=None: Fusion("score", w, sw, d.rare_df_share, d.rrf_k)  # noqa: E731
     out = [("lexical", {"mode": "lexical"}), ("vector", {"mode": "vector"}), ("hybrid (default)", {"mode": "hybrid"}),
+           # the one-shot `brb search` path: SQL, so HNSW (ef_search from the settings) instead of exact vectors
+           ("hybrid on the one-shot SQL path", {"mode": "hybrid", SQL_PATH: True}),
            ("hybrid, no merging", {"mode": "hybrid", "merge": False}),
            ("vector, no merging", {"mode": "vector", "merge": False}),
            ("hybrid, diversity 0.7", {"mode": "hybrid", "diversity": 0.7}),
@@ -303,8 +306,12 @@ def variants(s: Settings) -> list[tuple[str, dict[str, Any]]]:
 
 
 def ask(searcher: Any, questions: Sequence[Mapping[str, Any]], relevant: Mapping[str, set[str]],
-        options: Mapping[str, Any], k: int) -> list[dict[str, Any]]:
-    """One row per question: first relevant rank, duplicate slots, search time, floor fields."""
+        options: Mapping[str, Any], k: int, sql_searcher: Any = None) -> list[dict[str, Any]]:
+    """One row per question: first relevant rank, duplicate slots, search time, floor fields.
+    A variant with :data:`SQL_PATH` runs on ``sql_searcher`` (the store not held in memory)."""
+    options = dict(options)
+    if options.pop(SQL_PATH, False):
+        searcher = sql_searcher
     rows = []
     for q in questions:
         res = searcher.search(q["question"], k=k, log=False, **options)
@@ -406,15 +413,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     wanted = {x.strip() for x in args.only.split(",") if x.strip()}
     reports: dict[str, Any] = {}
     per_question: dict[str, list] = {}
-    with Searcher(s, embedder=embedder) as searcher:
+    with Searcher(s, embedder=embedder) as searcher, Searcher(s, embedder=embedder, resident=False) as sql_searcher:
         for mode in ("lexical", "vector", "hybrid"):  # warm-up: extensions, index pages; not counted
             searcher.search("warm up", mode=mode, log=False)
+            sql_searcher.search("warm up", mode=mode, log=False)
         for q in questions:
             embedder.embed_query(q["question"])
         for name, options in variants(s):
             if wanted and name not in wanted:
                 continue
-            rows = ask(searcher, questions, relevant, options, args.k)
+            rows = ask(searcher, questions, relevant, options, args.k, sql_searcher)
             reports[name] = report(rows, args.k, args.bootstrap)
             per_question[name] = [r["rank"] for r in rows]
             if name == "hybrid (default)":
