@@ -99,6 +99,14 @@ def test_search_and_status_work_on_the_encrypted_home(world):
     assert json.loads(brb("status", "--json", home=plain, env=env).stdout)["encryption"]["encrypted"] is False
 
 
+def test_search_log_reads_the_encrypted_home(world):
+    env, enc = world["env"], world["enc"]
+    _search(enc, env, "quiet evening walk")
+    r = brb("search-log", "-n", "1", home=enc, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert [e["query"] for e in json.loads(r.stdout)] == ["quiet evening walk"]
+
+
 def test_no_encryption_is_refused_for_an_encrypted_home(world):
     r = brb("ingest", "--no-encryption", "--progress", "none", home=world["enc"], env=world["env"])
     assert r.returncode != 0 and "encrypted" in r.stderr and "Traceback" not in r.stderr

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -45,18 +44,13 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import polars as pl
 
 from brb_pipeline.core.errors import SettingsError
+from brb_pipeline.core.store.findable import findable_text
 from brb_pipeline.core.store.schema import CHUNK_SCHEMA  # the frame chunking hands to the store
 
 CHUNK_FORMAT = "v3-local"  # part of every batch's embedding key: a layout change re-embeds
 
 ATTACHMENT_CHAR = "\ufffc"  # object replacement: where an attachment sat in the text
 BALLOON_CHAR = "\ufffd"  # app balloon placeholder
-# C0 and C1 controls except \t and \n (which line formatting turns into spaces anyway).
-_CONTROL_RE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-# Zero-width space, non-joiner, joiner, word joiner and BOM between two word characters.
-_ZERO_WIDTH_IN_WORD_RE = re.compile(r"(?<=\w)[\u200b-\u200d\u2060\ufeff]+(?=\w)")
-# Zero-width space, word joiner and BOM carry nothing visible anywhere (ZWJ/ZWNJ do between emoji).
-_INVISIBLE_RE = re.compile("[\u200b\u2060\ufeff]")
 _REACTION_SYMBOL = {
     "love": "♥", "like": "👍", "dislike": "👎", "laugh": "😂",
     "emphasize": "‼", "question": "?", "sticker": "[sticker]",
@@ -135,19 +129,6 @@ def time_zone_key(name: str) -> str:
     """The resolved zone's name ("local" when it has none): part of a batch's embedding key."""
     tz = resolve_time_zone(name)
     return getattr(tz, "key", None) or "local"
-
-
-def findable_text(text: str | None) -> str:
-    """``text`` with what hides words from search removed (see the module docstring).
-
-    Control characters (but \\n and \\t) become spaces; zero-width characters between word
-    characters are removed; zero-width space, word joiner and BOM are removed everywhere.
-    """
-    if not text:
-        return ""
-    text = _CONTROL_RE.sub(" ", text)
-    text = _ZERO_WIDTH_IN_WORD_RE.sub("", text)
-    return _INVISIBLE_RE.sub("", text)
 
 
 def window_bounds(n: int, window: int, stride: int) -> list[tuple[int, int]]:

@@ -29,6 +29,7 @@ The optimized BLAS must be loaded before anything imports ``mlx.core``, so this 
 from __future__ import annotations
 
 from brb_pipeline.core.embedding.blas import ensure_fast_blas, blas_threads, set_blas_threads
+from brb_pipeline.core.embedding.digest import file_digests
 from brb_pipeline.core.embedding.hashing import HashEmbedder
 from brb_pipeline.core.embedding.spec import EmbedderSpec, gpu_token_budget, mlx_device, resolve_device
 
@@ -153,25 +154,15 @@ def resolve_model(name: str | os.PathLike) -> Path:
         ) from None
 
 
-_HASH_CACHE: dict[tuple[str, int, int], str] = {}
-
-
 def weights_hash(model_dir: Path) -> str:
-    """First 8 hex digits of the SHA-256 over the model's weight files (cached by path/size/mtime)."""
+    """First 8 hex digits of the SHA-256 over the model's weight files' digests (kept between
+    processes by :mod:`.digest`)."""
     files = sorted(Path(model_dir).glob("*.safetensors")) or sorted(Path(model_dir).glob("*.bin"))
     if not files:
         raise ModelNotAvailableError(f"Embedding - no weights (*.safetensors) in {model_dir}")
     h = hashlib.sha256()
-    for f in files:
-        st = f.stat()
-        key = (str(f.resolve()), st.st_size, st.st_mtime_ns)
-        if key not in _HASH_CACHE:
-            fh = hashlib.sha256()
-            with open(f, "rb") as fp:
-                for block in iter(lambda: fp.read(1 << 22), b""):
-                    fh.update(block)
-            _HASH_CACHE[key] = fh.hexdigest()
-        h.update(_HASH_CACHE[key].encode())
+    for digest in file_digests(files):
+        h.update(digest.encode())
     return h.hexdigest()[:8]
 
 

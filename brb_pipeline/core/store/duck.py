@@ -13,7 +13,8 @@ attached with ``ENCRYPTION_KEY`` (AES-GCM: pages, WAL and, with ``temp_file_encr
 files). DuckDB writes encrypted files only with ``httpfs`` loaded (its OpenSSL; the built-in
 crypto module can only read), so writable connections load it (about 90 ms) and read-only ones
 do not. An HNSW index cannot be built inside an encrypted file, so such a store has none and its
-vector search is an exact scan (:func:`encrypted`, :mod:`.index`).
+vector search is an exact scan (:func:`encrypted`, :mod:`.index`); a read-only connection to
+one does not load vss at all (the largest part of opening it).
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ def _load_httpfs(con: duckdb.DuckDBPyConnection) -> None:
 def connect(
     path: Path | None, *, read_only: bool = False, memory_limit: str | None = None
 ) -> duckdb.DuckDBPyConnection:
-    """Open the chunk store with vss + fts loaded and HNSW persistence enabled.
+    """Open the chunk store with vss + fts loaded and HNSW persistence enabled (no vss when
+    reading an encrypted store, which has no HNSW index).
 
     Whatever DuckDB spills goes to ``<path>.tmp`` beside the store (inside the home dir, which
     ``brb delete-all`` empties), never to a ``.tmp`` folder in the working directory.
@@ -99,17 +101,21 @@ def connect(
         "autoinstall_known_extensions": False,
         "autoload_known_extensions": False,
     }
+    # no HNSW index in an encrypted store: reading one needs no vss (~280 ms of a one-shot search)
+    vss = path is None or not read_only or files.duckdb_key(Path(path)) is None
     con = duckdb.connect(":memory:", config=config)
     try:
         try:
-            con.execute("LOAD vss")
+            if vss:
+                con.execute("LOAD vss")
             con.execute("LOAD fts")
         except duckdb.Error as exc:
             raise StoreError(
                 f"cannot load DuckDB vss/fts extensions for duckdb {duckdb.__version__}: "
                 f"{str(exc).splitlines()[0]}"
             ) from None
-        con.execute("SET hnsw_enable_experimental_persistence = true")
+        if vss:
+            con.execute("SET hnsw_enable_experimental_persistence = true")
         con.execute("SET TimeZone = 'UTC'")
         if memory_limit:
             con.execute(f"SET memory_limit = '{_memory_size(memory_limit)}'")

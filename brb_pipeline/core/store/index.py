@@ -31,7 +31,7 @@ by :func:`lexical_extra` for documents and queries alike (:func:`fts_query_text`
   so a query with 🎉 finds the chunks with 🎉 (tapback marks in a chunk's lines count too).
 
 Before any of this, chunk texts drop control and in-word zero-width characters
-(``core.chunking.findable_text``; queries go through it too), and long messages are continued
+(``core.store.findable.findable_text``; queries go through it too), and long messages are continued
 on further lines, never cut, so all of a message is indexed.
 """
 
@@ -48,6 +48,7 @@ from datetime import datetime, timezone
 import duckdb
 
 from brb_pipeline.core.store.duck import encrypted, get_meta, set_meta, table_exists
+from brb_pipeline.core.store.findable import findable_text
 from brb_pipeline.core.errors import StoreError
 
 log = logging.getLogger(__name__)
@@ -155,8 +156,6 @@ def _phone_tokens(raw: str, region: str) -> tuple[str, ...]:
 def fts_query_text(query: str, region: str = "US") -> str:
     """The string handed to ``match_bm25``: the query cleaned like chunk texts, plus its
     :func:`lexical_extra` tokens."""
-    from brb_pipeline.core.chunking import findable_text
-
     query = findable_text(query)
     extra = lexical_extra(query, region)
     return f"{query} {extra}" if extra else query

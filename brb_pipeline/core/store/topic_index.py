@@ -25,9 +25,9 @@ from typing import Any
 
 import duckdb
 import numpy as np
-import pyarrow as pa
 
 from brb_pipeline.core.store.duck import encrypted, get_meta, set_meta, table_exists
+from brb_pipeline.core.store.findable import findable_text
 from brb_pipeline.core.store.index import FTS_PARAMS, lexical_extra
 
 log = logging.getLogger(__name__)
@@ -42,8 +42,6 @@ _EMBED_BATCH = 256
 
 def topic_text(label: str | None, summary: str | None) -> str:
     """What is indexed and embedded for a topic: its label and summary, one per line."""
-    from brb_pipeline.core.chunking import findable_text
-
     return findable_text("\n".join(p.strip() for p in (label, summary) if p and p.strip()))
 
 
@@ -154,6 +152,8 @@ def index_topics(con: duckdb.DuckDBPyConnection, embedder: Callable[[], Any], *,
 
 def _insert(con: duckdb.DuckDBPyConnection, emb: Any, rows: list[tuple[str, str]], dim: int, region: str) -> None:
     """Embed ``(topic_id, text)`` rows as documents and insert them."""
+    import pyarrow as pa  # only here: a search imports this module, and pyarrow is slow to import
+
     vecs = np.asarray(emb.embed([getattr(emb, "document_prefix", "") + t for _, t in rows]), dtype=np.float32)
     if vecs.shape != (len(rows), dim):
         raise ValueError(f"topic embeddings have shape {vecs.shape}, expected {(len(rows), dim)}")
