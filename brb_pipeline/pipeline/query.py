@@ -18,7 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from brb_pipeline.core import metadata
 from brb_pipeline.core.store import duck
@@ -29,9 +29,11 @@ from brb_pipeline.core.contacts.routing import ContactRef, Router
 from brb_pipeline.core.search.hybrid import neighbours, search
 from brb_pipeline.core.search.log import log_search
 from brb_pipeline.core.search.profiles import is_commitment_question, read_profile
-from brb_pipeline.core.search.resident import Resident
 from brb_pipeline.core.store.index import fts_present
 from brb_pipeline.settings import Settings
+
+if TYPE_CHECKING:
+    from brb_pipeline.core.search.resident import Resident
 
 
 def fusion_of(s: Settings) -> Fusion:
@@ -68,7 +70,11 @@ class _Store:
         refs = contact_refs(s)
         con = duck.connect(s.duckdb_path, read_only=True)
         try:
-            held = Resident.load(con) if resident and duck.table_exists(con, "chunks") and fts_present(con) else None
+            held = None
+            if resident and duck.table_exists(con, "chunks") and fts_present(con):
+                from brb_pipeline.core.search.resident import Resident  # pyarrow: sessions only
+
+                held = Resident.load(con)
             return cls(con, refs, duck.get_meta(con, "embedding_model"), held)
         except BaseException:
             con.close()

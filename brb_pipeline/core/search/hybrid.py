@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import duckdb
 import numpy as np
@@ -22,10 +23,12 @@ import numpy as np
 from brb_pipeline.core.errors import StoreError
 from brb_pipeline.core.search.fusion import (Fusion, Span, fuse, is_specific, merge_lines, merge_overlapping, mmr_order,
                                       specific_terms)
-from brb_pipeline.core.search.resident import Resident
 from brb_pipeline.core.search.sql import filters, lexical_sql, store_state, term_stats_sql, topic_filters, vector_sql
 from brb_pipeline.core.search.topics import TopicHit, interleave, joint, split, topic_candidates, topic_hits
 from brb_pipeline.core.store.index import REBUILD_HINT, fts_query_text
+
+if TYPE_CHECKING:  # a one-shot search never loads it (nor pyarrow, which it needs)
+    from brb_pipeline.core.search.resident import Resident
 
 log = logging.getLogger(__name__)
 
