@@ -11,7 +11,10 @@ indexed in an encrypted home and in a plaintext home, in this one run:
 * open: a read-only connect, as ``brb search`` does (the encrypted one loads no httpfs);
 * search: p50/p95 ms of hybrid, vector and lexical queries over the open store (vectors exact
   when encrypted, HNSW when plaintext), and how often the encrypted store's top hit is the
-  plaintext store's.
+  plaintext store's: the one-shot ``brb search`` path (SQL);
+* in memory: the store loaded into a :class:`~brb_pipeline.core.search.resident.Resident` (load
+  seconds) and hybrid p50/p95 from it, the path of a search session (``brb search -``), where
+  both stores search their vectors exactly.
 
 Queries: two words of a stored chunk and that chunk's vector plus noise.
 
@@ -38,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from brb_pipeline.core.embedding.hashing import HashEmbedder  # noqa: E402
 from brb_pipeline.core.search.hybrid import search  # noqa: E402
+from brb_pipeline.core.search.resident import Resident  # noqa: E402
 from brb_pipeline.core.store import chunks as store  # noqa: E402
 from brb_pipeline.core.store import duck, index  # noqa: E402
 from brb_pipeline.pipeline import keys  # noqa: E402
@@ -122,13 +126,14 @@ def build(s: Settings, chunks: pl.DataFrame, emb: np.ndarray, model: str) -> dic
     return {k: round(v, 3) for k, v in out.items()}
 
 
-def run_searches(con, queries: list[dict], mode: str) -> tuple[dict, list[str | None], str | None]:
+def run_searches(con, queries: list[dict], mode: str, resident: Resident | None = None
+                 ) -> tuple[dict, list[str | None], str | None]:
     for q in queries[:3]:  # warm-up
-        search(con, query_text=q["text"], query_vec=q["vec"], mode=mode)
+        search(con, query_text=q["text"], query_vec=q["vec"], mode=mode, resident=resident)
     times, tops, strategy = [], [], None
     for q in queries:
         t0 = time.perf_counter()
-        r = search(con, query_text=q["text"], query_vec=q["vec"], mode=mode, k=10)
+        r = search(con, query_text=q["text"], query_vec=q["vec"], mode=mode, k=10, resident=resident)
         times.append((time.perf_counter() - t0) * 1000)
         tops.append(r.hits[0].chunk_id if r.hits else None)
         strategy = r.vector_strategy
@@ -154,10 +159,15 @@ def measure(root: Path, n: int, dim: int, n_queries: int, seed: int) -> dict:
                 res[mode], tops[(label, mode)], strategy = run_searches(con, queries, mode)
                 if mode != "lexical":
                     res[f"{mode}_strategy"] = strategy
+            t0 = time.perf_counter()
+            held = Resident.load(con)
+            res["resident_load_s"] = round(time.perf_counter() - t0, 3)
+            res["hybrid_in_memory"], tops[(label, "hybrid_in_memory")], _ = run_searches(con, queries, "hybrid", held)
+            del held
         finally:
             con.close()
         out[label] = res
-    modes = ("hybrid", "vector", "lexical")
+    modes = ("hybrid", "vector", "lexical", "hybrid_in_memory")
     same = {m: [a == b for a, b in zip(tops["encrypted", m], tops["plaintext", m])] for m in modes}
     out["same_top1"] = {m: round(float(np.mean(v)), 3) for m, v in same.items()}
     return out
@@ -165,21 +175,24 @@ def measure(root: Path, n: int, dim: int, n_queries: int, seed: int) -> dict:
 
 def print_table(rows: list[dict]) -> None:
     head = (f"{'chunks':>7} {'store':<10} {'write s':>8} {'load s':>7} {'hnsw s':>7} {'fts s':>6} {'MB':>6} "
-            f"{'open ms':>8} {'hybrid p50':>10} {'p95':>6} {'vector p50':>10} {'lexical p50':>11}  vector search")
+            f"{'open ms':>8} {'hybrid p50':>10} {'p95':>6} {'vector p50':>10} {'lexical p50':>11} "
+            f"{'memory load s':>13} {'memory hybrid p50':>17}  vector search")
     print(head)
     for r in rows:
         for label in ("encrypted", "plaintext"):
             x = r[label]
             print(f"{r['chunks']:>7} {label:<10} {x['write_s']:>8.2f} {x['load_s']:>7.2f} {x['hnsw_s']:>7.2f} "
                   f"{x['fts_s']:>6.2f} {x['file_mb']:>6.1f} {x['open_ms']:>8.1f} {x['hybrid']['p50_ms']:>10.2f} "
-                  f"{x['hybrid']['p95_ms']:>6.2f} {x['vector']['p50_ms']:>10.2f} {x['lexical']['p50_ms']:>11.2f}  "
-                  f"{x['vector_strategy']}")
+                  f"{x['hybrid']['p95_ms']:>6.2f} {x['vector']['p50_ms']:>10.2f} {x['lexical']['p50_ms']:>11.2f} "
+                  f"{x['resident_load_s']:>13.2f} {x['hybrid_in_memory']['p50_ms']:>17.2f}  {x['vector_strategy']}")
         e, p = r["encrypted"], r["plaintext"]
         print(f"{'':>7} {'delta':<10} {e['write_s'] - p['write_s']:>+8.2f} {e['load_s'] - p['load_s']:>+7.2f} "
               f"{e['hnsw_s'] - p['hnsw_s']:>+7.2f} {e['fts_s'] - p['fts_s']:>+6.2f} {'':>6} "
               f"{e['open_ms'] - p['open_ms']:>+8.1f} {e['hybrid']['p50_ms'] - p['hybrid']['p50_ms']:>+10.2f} "
               f"{'':>6} {e['vector']['p50_ms'] - p['vector']['p50_ms']:>+10.2f} "
-              f"{e['lexical']['p50_ms'] - p['lexical']['p50_ms']:>+11.2f}  same top-1: {r['same_top1']}")
+              f"{e['lexical']['p50_ms'] - p['lexical']['p50_ms']:>+11.2f} "
+              f"{e['resident_load_s'] - p['resident_load_s']:>+13.2f} "
+              f"{e['hybrid_in_memory']['p50_ms'] - p['hybrid_in_memory']['p50_ms']:>+17.2f}  same top-1: {r['same_top1']}")
 
 
 def main() -> None:
