@@ -121,9 +121,12 @@ class Resident:
         contact_codes, contact_index = _codes(columns["contact_id"])
         channel_codes, channel_index = _codes(columns["channel"])
         dictionary, ptr, postings, doc_len, num_docs, avgdl = cls._load_bm25(con, row_of, len(ids))
-        return cls(state, ids, row_of, columns, tbl.column("content").combine_chunks(), _unit_rows(tbl.column("embedding")),
+        held = cls(state, ids, row_of, columns, tbl.column("content").combine_chunks(), _unit_rows(tbl.column("embedding")),
                    contact_codes, contact_index, channel_codes, channel_index, _micros(tbl.column("start_ts")),
                    _micros(tbl.column("end_ts")), dictionary, ptr, postings, doc_len, num_docs, avgdl)
+        del tbl
+        pa.default_memory_pool().release_unused()  # the fetched table's buffers (~100 MB at 64K chunks)
+        return held
 
     @staticmethod
     def _load_bm25(con: duckdb.DuckDBPyConnection, row_of: dict[str, int], n: int) -> tuple:
