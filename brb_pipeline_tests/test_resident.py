@@ -8,6 +8,7 @@ from datetime import timedelta
 import numpy as np
 import pytest
 
+from brb_pipeline.core.errors import StoreError
 from brb_pipeline.core.search.fusion import Fusion
 from brb_pipeline.core.search.hybrid import search
 from brb_pipeline.core.search.resident import Resident, _by_term, _top
@@ -125,4 +126,13 @@ def test_an_encrypted_store_searches_from_memory_as_from_its_exact_scan(tmp_path
             sql, held = search(con, **kw), search(con, resident=mem, **kw)
             assert sql.vector_strategy in (None, "exact")
             _same(_hits(held), _hits(sql))
+    con.close()
+
+
+def test_a_damaged_index_is_one_line_naming_the_rebuild(tmp_path):
+    con, _, _ = _store(tmp_path)
+    con.execute("DROP TABLE fts_main_chunks.terms")
+    with pytest.raises(StoreError) as e:
+        Resident.load(con)
+    assert "brb reindex" in str(e.value) and "\n" not in str(e.value)
     con.close()

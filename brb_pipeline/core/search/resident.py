@@ -27,7 +27,8 @@ import numpy as np
 import pyarrow as pa
 
 from brb_pipeline.core.search.sql import store_state
-from brb_pipeline.core.store.index import FTS_PARAMS, FTS_SCHEMA
+from brb_pipeline.core.errors import StoreError
+from brb_pipeline.core.store.index import FTS_PARAMS, FTS_SCHEMA, REBUILD_HINT
 
 _K1, _B = 1.2, 0.75  # as lexical_sql and DuckDB's match_bm25
 _COLUMNS = ("chunk_id", "contact_id", "chat_id", "channel", "position", "conversation")  # as Python values
@@ -112,7 +113,18 @@ class Resident:
 
     @classmethod
     def load(cls, con: duckdb.DuckDBPyConnection) -> Resident:
-        """Read the chunks (and the BM25 index) of the connection's store."""
+        """Read the chunks (and the BM25 index) of the connection's store.
+
+        Raises:
+            StoreError: the store or its index cannot be read (the message names the rebuild).
+        """
+        try:
+            return cls._load(con)
+        except duckdb.Error as exc:
+            raise StoreError(f"cannot read the search store ({type(exc).__name__}): {REBUILD_HINT}") from None
+
+    @classmethod
+    def _load(cls, con: duckdb.DuckDBPyConnection) -> Resident:
         state = store_state(con)
         tbl = con.execute(f"SELECT {', '.join(_COLUMNS + _TIMES)}, content, embedding FROM chunks").fetch_arrow_table()
         columns = {c: tbl.column(c).to_pylist() for c in _COLUMNS}
