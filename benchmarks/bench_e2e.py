@@ -818,7 +818,9 @@ def run_rss_sizes(args: argparse.Namespace, work: Path, res: dict[str, Any]) -> 
         out = work / f"rss_{n}.json"
         # More messages come from more people, each as busy as at the smallest size: the per-batch
         # working set stays the same, so what grows is what depends on the archive as a whole.
-        split = max(1, round(n / sizes[0]))
+        # Within the corpus each participant is split into more people; past it the generator
+        # passes over the corpus again with new people, as busy as in the corpus itself.
+        split = max(1, round(min(n, FULL_CORPUS) / min(sizes[0], FULL_CORPUS)))
         cmd = [sys.executable, str(Path(__file__).resolve()), "--messages", str(n), "--model", args.model,
                "--split-contacts", str(split),
                "--skip-baseline", "--skip-incremental", "--queries", "0", "--seed", str(args.seed),
