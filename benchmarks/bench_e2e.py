@@ -58,6 +58,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from brb_pipeline.core import metadata  # noqa: E402
+from brb_pipeline.core.crypto import files  # noqa: E402
 from brb_pipeline.core.store import duck
 from brb_pipeline.core.progress import STAGES, Progress  # noqa: E402
 from brb_pipeline.pipeline import embed as embed_stage  # noqa: E402
@@ -335,7 +336,7 @@ def count_tokens(s: Settings, embedder: Any, texts: list[str]) -> tuple[int | No
 
 def all_chunks(s: Settings) -> pl.DataFrame:
     """Every batch's chunk file, in batch order (the order the pipeline embedded them)."""
-    frames = [pl.read_parquet(p) for b in metadata.all_batches(s.brb_db) if (p := paths.chunks(s, b["batch"])).exists()]
+    frames = [files.read_parquet(p) for b in metadata.all_batches(s.brb_db) if (p := paths.chunks(s, b["batch"])).exists()]
     return pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame()
 
 
@@ -433,7 +434,7 @@ def append_messages(s: Settings, chat_db: Path, n_new: int, *, contacts: int = 3
     """
     from brb_pipeline.demo.chatdb_writer import _register_trigger_functions, apple_time
 
-    msgs = pl.read_parquet(paths.messages(s), columns=["chat_id", "contact_id", "batch", "ts", "text", "channel"])
+    msgs = files.read_parquet(paths.messages(s), columns=["chat_id", "contact_id", "batch", "ts", "text", "channel"])
     people = metadata.read_contacts(s.brb_db)
     direct = set(people.filter(pl.col("kind") == "direct")["contact_id"].to_list()) if "kind" in people.columns else set()
     per_chat = (msgs.filter((pl.col("channel") == "imessage") & pl.col("contact_id").is_in(list(direct))
@@ -853,7 +854,7 @@ def largest_batch(home: Path) -> int | None:
     src = home / "staging" / "messages.parquet"
     if not src.exists():
         return None
-    per = pl.scan_parquet(src).group_by("batch").len().collect()
+    per = files.scan_parquet(src).group_by("batch").len().collect()
     return int(per["len"].max()) if per.height else 0
 
 
