@@ -58,6 +58,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from brb_pipeline.core import metadata  # noqa: E402
+from brb_pipeline.core.crypto import files  # noqa: E402
 from brb_pipeline.core.store import duck
 from brb_pipeline.core.progress import STAGES, Progress  # noqa: E402
 from brb_pipeline.pipeline import embed as embed_stage  # noqa: E402
@@ -335,7 +336,7 @@ def count_tokens(s: Settings, embedder: Any, texts: list[str]) -> tuple[int | No
 
 def all_chunks(s: Settings) -> pl.DataFrame:
     """Every batch's chunk file, in batch order (the order the pipeline embedded them)."""
-    frames = [pl.read_parquet(p) for b in metadata.all_batches(s.brb_db) if (p := paths.chunks(s, b["batch"])).exists()]
+    frames = [files.read_parquet(p) for b in metadata.all_batches(s.brb_db) if (p := paths.chunks(s, b["batch"])).exists()]
     return pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame()
 
 
@@ -433,7 +434,7 @@ def append_messages(s: Settings, chat_db: Path, n_new: int, *, contacts: int = 3
     """
     from brb_pipeline.demo.chatdb_writer import _register_trigger_functions, apple_time
 
-    msgs = pl.read_parquet(paths.messages(s), columns=["chat_id", "contact_id", "batch", "ts", "text", "channel"])
+    msgs = files.read_parquet(paths.messages(s), columns=["chat_id", "contact_id", "batch", "ts", "text", "channel"])
     people = metadata.read_contacts(s.brb_db)
     direct = set(people.filter(pl.col("kind") == "direct")["contact_id"].to_list()) if "kind" in people.columns else set()
     per_chat = (msgs.filter((pl.col("channel") == "imessage") & pl.col("contact_id").is_in(list(direct))
@@ -818,7 +819,9 @@ def run_rss_sizes(args: argparse.Namespace, work: Path, res: dict[str, Any]) -> 
         out = work / f"rss_{n}.json"
         # More messages come from more people, each as busy as at the smallest size: the per-batch
         # working set stays the same, so what grows is what depends on the archive as a whole.
-        split = max(1, round(n / sizes[0]))
+        # Within the corpus each participant is split into more people; past it the generator
+        # passes over the corpus again with new people, as busy as in the corpus itself.
+        split = max(1, round(min(n, FULL_CORPUS) / min(sizes[0], FULL_CORPUS)))
         cmd = [sys.executable, str(Path(__file__).resolve()), "--messages", str(n), "--model", args.model,
                "--split-contacts", str(split),
                "--skip-baseline", "--skip-incremental", "--queries", "0", "--seed", str(args.seed),
@@ -851,7 +854,7 @@ def largest_batch(home: Path) -> int | None:
     src = home / "staging" / "messages.parquet"
     if not src.exists():
         return None
-    per = pl.scan_parquet(src).group_by("batch").len().collect()
+    per = files.scan_parquet(src).group_by("batch").len().collect()
     return int(per["len"].max()) if per.height else 0
 
 

@@ -16,7 +16,13 @@ Rows:
 
 Columns: chunks/s and tokens/s (wall), CPU seconds per 100 chunks (less sensitive to the
 shared machine's load), ratio vs torch, share of the GEMM bound (GEMM GFLOP/s measured in this
-run x FLOPs per token), cosine min/mean vs the torch embeddings.
+run over the model's layer GEMM shapes, / FLOPs per chunk), cosine min/mean vs the torch embeddings.
+
+The peer is pinned (``benchmarks/peer_requirements.txt``, installed by ``setup_bench.sh``); the
+JSON's ``peer`` records the installed versions against the pins and torch's own GEMM rate on the
+same shapes in the same run, so the peer's own bound. When the peer reaches under 25% of that
+bound the ratio is refused (``ratio_vs_torch`` null, ``peer.ratio_refused`` says why): it would
+then measure a broken peer rather than our speed.
 
 Run ``bash benchmarks/setup_bench.sh`` once to install the torch peer.
 """
@@ -77,19 +83,85 @@ def model_dir() -> Path:
     return resolve_model("bundled:all-MiniLM-L6-v2")
 
 
-def gemm_gflops(n: int = 4096, k: int = 384, m: int = 1536, reps: int = 5) -> float:
-    """Best-of-``reps`` MLX fp32 GEMM GFLOP/s at an FFN-like shape ([n,k] x [k,m])."""
+PEER_PINS = ROOT / "benchmarks/peer_requirements.txt"
+MIN_PEER_SHARE = 0.25  # below this share of its own GEMM bound the peer is not a fair reference
+
+
+def layer_gemm_shapes(cfg: dict, tokens: int = 4096) -> list[tuple[int, int, int]]:
+    """The model's GEMMs for one layer over ``tokens`` tokens, as ``(m, k, n)``: Q, K, V and the
+    attention output (``[T,H] x [H,H]``), then the FFN up and down projections."""
+    H, I = cfg["hidden_size"], cfg["intermediate_size"]
+    return [(tokens, H, H)] * 4 + [(tokens, H, I), (tokens, I, H)]
+
+
+def gemm_gflops(shapes: list[tuple[int, int, int]], reps: int = 5) -> float:
+    """Best-of-``reps`` MLX fp32 GFLOP/s over one pass of ``shapes`` (the model's layer GEMMs)."""
     import mlx.core as mx
 
-    a = mx.random.normal((n, k))
-    b = mx.random.normal((k, m))
-    mx.eval(a, b, a @ b)
+    pairs = [(mx.random.normal((m, k)), mx.random.normal((k, n))) for m, k, n in shapes]
+    mx.eval(*[x for p in pairs for x in p], *[a @ b for a, b in pairs])
+    flops = sum(2 * m * k * n for m, k, n in shapes)
     best = 0.0
     for _ in range(reps):
         t0 = time.perf_counter()
-        mx.eval(a @ b)
-        best = max(best, 2 * n * k * m / (time.perf_counter() - t0) / 1e9)
+        mx.eval(*[a @ b for a, b in pairs])
+        best = max(best, flops / (time.perf_counter() - t0) / 1e9)
     return best
+
+
+def torch_gemm_gflops(shapes: list[tuple[int, int, int]], reps: int = 5) -> float:
+    """The same measurement through torch (fp32, the threads the peer was given)."""
+    import torch
+
+    pairs = [(torch.randn(m, k), torch.randn(k, n)) for m, k, n in shapes]
+    flops = sum(2 * m * k * n for m, k, n in shapes)
+    best = 0.0
+    with torch.inference_mode():
+        for a, b in pairs:
+            a @ b
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            for a, b in pairs:
+                a @ b
+            best = max(best, flops / (time.perf_counter() - t0) / 1e9)
+    return best
+
+
+def peer_versions() -> dict[str, dict]:
+    """Installed version of every package pinned in :data:`PEER_PINS`, against its pin."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for line in PEER_PINS.read_text().splitlines():
+        pin = line.split("#")[0].strip()
+        if not pin:
+            continue
+        name, pinned = pin.split("==")
+        try:
+            have = version(name)
+        except PackageNotFoundError:
+            have = None
+        out[name] = {"installed": have, "pinned": pinned,
+                     "matches": have is not None and have.split("+")[0] == pinned}
+    return out
+
+
+def peer_ratio(ours_cps: float, peer_cps: float, peer_bound_cps: float,
+               min_share: float = MIN_PEER_SHARE) -> dict:
+    """Ours / peer chunks/s, or a refusal when the peer runs far below its own GEMM bound (then
+    the ratio would measure a broken or mis-threaded peer, not our speed).
+
+    Returns:
+        ``{"ratio": float | None, "peer_share_of_bound": float | None, "refused": str | None}``.
+    """
+    share = peer_cps / peer_bound_cps if peer_bound_cps > 0 else None
+    if share is None:
+        return {"ratio": None, "peer_share_of_bound": None, "refused": "the peer's GEMM bound was not measured"}
+    if share < min_share:
+        return {"ratio": None, "peer_share_of_bound": share,
+                "refused": f"the peer ran at {100 * share:.0f}% of its own GEMM bound "
+                           f"({peer_cps:.1f} of {peer_bound_cps:.1f} chunks/s; under {100 * min_share:.0f}%)"}
+    return {"ratio": ours_cps / peer_cps, "peer_share_of_bound": share, "refused": None}
 
 
 class StockMLX:
@@ -157,7 +229,8 @@ def child_refblas(n: int, out: str) -> None:
     texts = chunk_texts(n)
     wall, cpu, vecs = timed(StockMLX(model_dir(), 32, True).embed, texts, 1)
     np.save(out, vecs)
-    print(json.dumps({"wall": wall, "cpu": cpu, "gemm_gflops": gemm_gflops(1024, 384, 1536, 3)}))
+    cfg = json.loads((model_dir() / "config.json").read_text())
+    print(json.dumps({"wall": wall, "cpu": cpu, "gemm_gflops": gemm_gflops(layer_gemm_shapes(cfg, 1024), 3)}))
 
 
 def paired(args: argparse.Namespace, texts: list[str], fast, path: Path) -> None:
@@ -256,7 +329,7 @@ def main() -> None:
     H, I, nl = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
     gemm_flops_tok = nl * 2 * (4 * H * H + 2 * H * I)
     attn_flops_tok = nl * 4 * avg_len * H
-    gflops = gemm_gflops()
+    gflops = gemm_gflops(layer_gemm_shapes(cfg))
     bound_cps = gflops * 1e9 / ((gemm_flops_tok + attn_flops_tok) * avg_len)
     skip = set(filter(None, args.skip.split(",")))
     if args.paired_only:
@@ -293,7 +366,13 @@ def main() -> None:
     except ImportError:
         have_torch = False
         print("  torch-st: not installed (bash benchmarks/setup_bench.sh)")
+    flop_per_chunk = (gemm_flops_tok + attn_flops_tok) * avg_len
+    peer = {"versions": peer_versions(), "gemm_gflops": None, "bound_chunks_per_s": None}
     if have_torch:
+        peer["gemm_gflops"] = torch_gemm_gflops(layer_gemm_shapes(cfg))  # after TorchST set its threads
+        peer["bound_chunks_per_s"] = peer["gemm_gflops"] * 1e9 / flop_per_chunk
+        print(f"  torch GEMM {peer['gemm_gflops']:.1f} GFLOP/s: peer bound {peer['bound_chunks_per_s']:.1f} chunks/s; "
+              f"pins {'match' if all(v['matches'] for v in peer['versions'].values()) else 'DIFFER'}", flush=True)
         add("torch-st", torch_st.embed, texts, "sentence-transformers, torch CPU, 2 threads, batch 32")
     add("mlx-fast", fast.embed, texts, "default: fast_bert, 2 streams, numpy softmax/GELU, budget 8192")
     fb_mlx = FastBert(path, elementwise="mlx", gelu="erf")
@@ -334,9 +413,13 @@ def main() -> None:
 
     torch_cps = [r["chunks_per_s"] for r in rows if r["row"].startswith("torch-st")]
     torch_best = max(torch_cps) if torch_cps else None
+    peer["chunks_per_s"] = torch_best
+    if torch_best:
+        verdict = peer_ratio(1.0, torch_best, peer["bound_chunks_per_s"])
+        peer["share_of_bound"], peer["ratio_refused"] = verdict["peer_share_of_bound"], verdict["refused"]
     for r in rows:
         vecs = r.pop("_vecs")
-        r["ratio_vs_torch"] = r["chunks_per_s"] / torch_best if torch_best else None
+        r["ratio_vs_torch"] = peer_ratio(r["chunks_per_s"], torch_best, peer["bound_chunks_per_s"])["ratio"] if torch_best else None
         r["share_of_gemm_bound"] = r["chunks_per_s"] / bound_cps
         if ref_vecs is not None:
             cos = (vecs * ref_vecs[: len(vecs)]).sum(1)
@@ -352,6 +435,13 @@ def main() -> None:
         cmean = f"{r['cos_mean']:.6f}" if "cos_mean" in r else "-"
         print(f"{r['row']:32s} {r['chunks']:5d} {r['chunks_per_s']:9.1f} {r['tokens_per_s']:9.0f} {r['cpu_s_per_100']:9.2f} "
               f"{ratio:>8s} {100 * r['share_of_gemm_bound']:7.0f}% {cmin:>9s} {cmean:>9s}")
+    if peer.get("ratio_refused"):
+        print(f"\nno ratio vs torch: {peer['ratio_refused']}")
+    elif torch_best:
+        print(f"\npeer at {100 * peer['share_of_bound']:.0f}% of its own GEMM bound")
+    ours = next((r for r in rows if r["row"] == "mlx-fast"), None)
+    if ours:
+        print(f"mlx-fast at {100 * ours['share_of_gemm_bound']:.0f}% of our in-run GEMM bound (target 80%)")
     result = {
         "benchmark": "embedding", "when": datetime.utcnow().isoformat(timespec="seconds") + "Z",
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
@@ -360,7 +450,10 @@ def main() -> None:
         "texts": {"chunks": len(texts), "tokens": tokens, "avg_tokens": avg_len, "max_tokens": int(lengths.max()),
                   "source": "chitchat_dataset, 8-message windows, stride 4"},
         "gemm_gflops": gflops, "mflop_per_token": (gemm_flops_tok + attn_flops_tok) / 1e6,
-        "gemm_bound_chunks_per_s": bound_cps, "rows": rows,
+        "gemm_bound_chunks_per_s": bound_cps, "gemm_shapes": layer_gemm_shapes(cfg), "peer": peer,
+        "ours_share_of_gemm_bound": {"row": "mlx-fast", "share": ours["share_of_gemm_bound"] if ours else None,
+                                     "target": 0.8},
+        "rows": rows,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))

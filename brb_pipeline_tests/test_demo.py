@@ -161,3 +161,43 @@ def test_split_contacts_spreads_each_participant_over_more_people(tmp_path):
         return frame.filter(~pl.col("is_from_me")).group_by("sender").len()["len"].max()  # messages received
 
     assert busiest(three) < busiest(one)
+
+
+def _small_corpus(monkeypatch, conversations: int = 12) -> int:
+    """Make the demo draw from the corpus' first conversations only; returns their message count."""
+    from brb_pipeline.demo import people
+
+    small = people.load_corpus()[:conversations]
+    monkeypatch.setattr(people, "load_corpus", lambda: small)
+    return sum(len(m) for _, m in small)
+
+
+def test_within_the_corpus_the_draw_is_the_shuffled_corpus_as_before():
+    import random
+
+    from brb_pipeline.demo.people import corpus_cycles, load_corpus
+
+    shuffled = list(load_corpus())
+    random.Random(7).shuffle(shuffled)
+    assert corpus_cycles(6000, 7) == shuffled
+    assert corpus_cycles(None, 7) == list(load_corpus())
+
+
+def test_past_the_corpus_more_passes_with_new_people_later(tmp_path, monkeypatch):
+    size = _small_corpus(monkeypatch)
+    n = 2 * size + size // 2  # two whole passes and half of a third
+    one = build_demo_archive(tmp_path / "one", messages=None, seed=3)
+    big = build_demo_archive(tmp_path / "big", messages=n, seed=3)
+    again = build_demo_archive(tmp_path / "again", messages=n, seed=3)
+    assert one.counts["corpus_messages"] == size and big.counts["corpus_messages"] == n
+    assert 2 * one.counts["contacts"] < big.counts["contacts"] <= 3 * one.counts["contacts"]
+    assert big.counts == again.counts and _dump(big.chat_db) == _dump(again.chat_db)
+    con = sqlite3.connect(big.chat_db)
+    handles = [h for (h,) in con.execute("SELECT id FROM handle")]
+    guids = [g for (g,) in con.execute("SELECT guid FROM chat")]
+    years = {y for (y,) in con.execute("SELECT DISTINCT date / 1000000000 / 31536000 FROM message WHERE date > 0")}
+    con.close()
+    assert len(handles) == len(set(handles)) and len(guids) == len(set(guids))
+    assert len(years) >= 3  # each pass a year after the one before
+    r = read_imessage(big.chat_db)
+    assert len(r.messages) == big.counts["expected_messages"]

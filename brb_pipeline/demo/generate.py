@@ -346,7 +346,9 @@ def build_demo_archive(
         dest: folder to write into; created if needed. An earlier demo archive there (marked by
             ``demo.json``) is replaced; any other existing ``chat.db`` there is an error.
         messages: number of corpus messages to take (whole conversations in start-time order,
-            the last one cut); None takes the whole corpus (258,145).
+            the last one cut); None takes the whole corpus (258,145). More than the corpus
+            passes over it again with new people a year later each time
+            (:func:`~brb_pipeline.demo.people.corpus_cycles`), as many times as it takes.
         seed: random seed for every choice layered on the corpus.
         whatsapp: also write a small ``ChatStorage.sqlite``.
         mail: also write a small Mail store (``Mail/V10``) with threads between the demo's

@@ -14,9 +14,10 @@ import functools
 import json
 import random
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
+CYCLE_SHIFT = timedelta(weeks=52)  # each further pass over the corpus: a year later, same weekdays
 Conversation = tuple[tuple[datetime, str, str], ...]  # (ts UTC, corpus sender, text), in order
 
 _INTL = [  # (calling code, national number builder)
@@ -56,6 +57,33 @@ def load_corpus() -> tuple[tuple[str, Conversation], ...]:
         if msgs:
             out.append((key, msgs))
     return tuple(out)
+
+
+def corpus_cycles(n: int | None, seed: int) -> list[tuple[str, Conversation]]:
+    """The conversations an archive of ``n`` messages draws from, in the order they are taken.
+
+    Up to the corpus size this is the corpus itself (shuffled for a partial archive, so it spans
+    the corpus' whole time range). A bigger archive passes over the corpus again as often as it
+    takes: pass ``k`` has new people (each corpus participant as ``<id>~k``), each as busy as in
+    the corpus, ``k`` x :data:`CYCLE_SHIFT` later; only the last, partial pass is shuffled.
+    """
+    corpus = list(load_corpus())
+    size = sum(len(m) for _, m in corpus)
+    if n is None or size == 0:
+        return corpus
+    passes = -(-n // size)  # ceil
+    full = [c for k in range(passes - 1) for c in _shifted(corpus, k)]
+    last = _shifted(corpus, passes - 1)
+    random.Random(seed).shuffle(last)
+    return full + last
+
+
+def _shifted(corpus: list[tuple[str, Conversation]], k: int) -> list[tuple[str, Conversation]]:
+    """Pass ``k`` over the corpus: senders renamed ``<id>~k`` and times ``k`` x CYCLE_SHIFT later."""
+    if k == 0:
+        return list(corpus)
+    d = k * CYCLE_SHIFT
+    return [(f"{key}~{k}", tuple((ts + d, f"{s}~{k}", text) for ts, s, text in msgs)) for key, msgs in corpus]
 
 
 def random_guid(rng: random.Random) -> str:
@@ -128,12 +156,9 @@ class Cast:
         pending_one_turn: list[tuple[int, Contact | None]] = []
         last_contact: Contact | None = None
         seen: dict[str, int] = {}
-        corpus = list(load_corpus())
-        if self.n is not None:
-            # A partial archive samples conversations across the corpus' whole time span (Apr-Nov
-            # 2018) rather than its first days; they are put back in time order below.
-            random.Random(self.seed).shuffle(corpus)
-        for _key, msgs in corpus:
+        # A partial archive samples conversations across the corpus' whole time span (Apr-Nov
+        # 2018) rather than its first days; they are put back in time order below.
+        for _key, msgs in corpus_cycles(self.n, self.seed):
             if self.n is not None and total >= self.n:
                 break
             if self.n is not None and total + len(msgs) > self.n:
