@@ -131,7 +131,13 @@ def test_streamed_stages_equal_the_whole_frame_stages(tmp_path, demo_archive_sma
     res = resolve_contacts(msgs, chats, people, default_region=s.default_region)
     contacts = metadata.read_contacts(s.brb_db)
     expected = res.messages.join(contacts.select("contact_id", "batch"), on="contact_id", how="left", maintain_order="left")
+    # grouped by batch (parsed order within a batch), one batch per row group
+    expected = expected.sort("batch", nulls_last=True, maintain_order=True)
     assert pl.read_parquet(paths.messages(s)).equals(expected)
+    grouped = pq.ParquetFile(paths.messages(s))
+    per_group = [grouped.read_row_group(i, columns=["batch"]).column("batch").unique().to_pylist()
+                 for i in range(grouped.num_row_groups)]
+    assert len(per_group) == expected["batch"].n_unique() and all(len(g) == 1 for g in per_group)
     # brb.db keeps counts as integers and times as ISO text
     iso = pl.col("first_ts", "last_ts").map_elements(lambda t: t.isoformat(), return_dtype=pl.Utf8)
     stats = contact_stats(res.messages).with_columns(iso, pl.col("messages", "sent", "received").cast(pl.Int64))

@@ -35,24 +35,18 @@ def chunk_params(s: Settings, document_prefix: str = "") -> ChunkParams:
 
 
 def batch_messages(s: Settings, batch: str) -> pl.DataFrame:
-    """The messages of one batch, read with predicate push-down from the staging Parquet."""
+    """The messages of one batch: only its row groups of the staging Parquet are decoded (the file
+    is grouped by batch, see ``ingest._write_messages``)."""
     src = paths.messages(s)
     if not src.exists():
         raise StoreError(f"no parsed messages in {s.staging_dir}: run `brb ingest` first")
-    return files.scan_parquet(src).filter(pl.col("batch") == batch).collect()
+    return files.read_parquet_where(src, "batch", batch)
 
 
 def name_maps(s: Settings) -> tuple[dict[str, str], dict[str, str]]:
-    """(contact_id -> display name, handle -> display name) from brb.db."""
-    contacts = metadata.read_contacts(s.brb_db)
-    by_contact: dict[str, str] = {}
-    by_handle: dict[str, str] = {}
-    for r in contacts.iter_rows(named=True):
-        by_contact[r["contact_id"]] = r["display_name"]
-        if r.get("kind") == "direct":
-            for h in r.get("handles") or []:
-                by_handle[h] = r["display_name"]
-    return by_contact, by_handle
+    """(contact_id -> display name, handle -> display name) from brb.db (two lean queries: every
+    batch asks, so this must not build the whole contacts frame)."""
+    return metadata.display_names(s.brb_db)
 
 
 def configured_model_id(s: Settings) -> str:

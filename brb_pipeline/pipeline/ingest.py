@@ -43,6 +43,10 @@ Cancel = Callable[[], bool]
 #: Rows per block when parsing and when rewriting the messages file: what these stages hold at
 #: once (10K rows reads as fast as 50K and keeps the working set flat).
 _BLOCK_ROWS = 10_000
+#: Messages gathered in memory at a time to group ``paths.messages`` by batch (see _write_messages).
+_SORT_ROWS = 500_000
+#: Rows per row group of ``paths.messages`` at most (one batch per row group).
+_GROUP_ROWS = 50_000
 
 
 def run_snapshot(s: Settings, progress: Progress | None = None) -> dict[str, Any]:
@@ -287,7 +291,13 @@ def run_contacts(s: Settings) -> dict[str, Any]:
 
 
 def _write_messages(s: Settings, chat_contact: pl.DataFrame, batches: pl.DataFrame) -> None:
-    """Parsed messages + ``contact_id`` + ``batch`` -> ``paths.messages``, block by block.
+    """Parsed messages + ``contact_id`` + ``batch`` -> ``paths.messages``, grouped by batch.
+
+    Each row group holds one batch only (a large batch spans several), so a per-batch stage
+    reads its own row groups and not the whole archive (:func:`~brb_pipeline.pipeline.embed.batch_messages`).
+    Batches are gathered a group at a time, each group at most ``_SORT_ROWS`` messages, so the
+    memory this takes is bounded whatever the archive's size; within a batch, rows keep their
+    parsed order.
 
     Args:
         chat_contact: (chat_id, contact_id), one row per chat of the parsed messages.
@@ -295,12 +305,31 @@ def _write_messages(s: Settings, chat_contact: pl.DataFrame, batches: pl.DataFra
     """
     src = files.parquet_file(paths.parsed_messages(s))
     schema = pl.Schema({**MESSAGE_SCHEMA, "contact_id": pl.Utf8, "batch": batches.schema["batch"]})
+
+    def with_batch(frame: pl.DataFrame) -> pl.DataFrame:
+        frame = frame.join(chat_contact, on="chat_id", how="left", maintain_order="left").with_columns(
+            pl.col("contact_id").fill_null(UNKNOWN_CONTACT_ID))
+        return frame.join(batches, on="contact_id", how="left", maintain_order="left")
+
+    per = (with_batch(pl.from_arrow(src.read(columns=["chat_id"]))).group_by("batch")
+           .agg(pl.len().alias("messages")).sort("batch", nulls_last=True))
     with paths.atomic_parquet_writer(paths.messages(s), schema) as write:
-        for rb in src.iter_batches(batch_size=_BLOCK_ROWS, use_threads=False):
-            block = pl.from_arrow(rb)
-            block = block.join(chat_contact, on="chat_id", how="left", maintain_order="left").with_columns(
-                pl.col("contact_id").fill_null(UNKNOWN_CONTACT_ID))
-            write(block.join(batches, on="contact_id", how="left", maintain_order="left"))
+        for group in _pack_batches(per, max(_SORT_ROWS, int(per["messages"].max() or 0))):
+            keys = [b for b in group if b is not None]
+            own = pl.col("batch").is_in(keys) | (pl.col("batch").is_null() if None in group else pl.lit(False))
+            blocks = []
+            for rb in src.iter_batches(batch_size=_BLOCK_ROWS, use_threads=False):
+                block = pl.from_arrow(rb)
+                if block.height:
+                    blocks.append(with_batch(block).filter(own))
+            if not blocks:
+                continue
+            rows = pl.concat(blocks).sort("batch", nulls_last=True, maintain_order=True)
+            del blocks
+            for part in rows.partition_by("batch", maintain_order=True):
+                for lo in range(0, part.height, _GROUP_ROWS):
+                    write(part.slice(lo, _GROUP_ROWS))
+            del rows
 
 
 def run_batches(s: Settings, model_id: str | None = None) -> tuple[list[str], list[str], dict[str, Any]]:

@@ -144,15 +144,19 @@ def _backup(src: Path, dst: Path, what: str, timeout_s: float, io: FileIO | None
     conn = open_readonly(src, what=what, timeout_s=timeout_s)
     try:
         out = sqlite3.connect(dst if io is None else ":memory:")
+        image = None
         try:
             conn.backup(out)  # all pages in one step: one consistent read transaction
             if io is None:
                 # A WAL-mode source yields a WAL-mode header; make the copy one self-contained file.
                 out.execute("PRAGMA journal_mode=DELETE")
             else:
-                io.write(dst, memory_image(out))
+                image = memory_image(out)
         finally:
-            out.close()
+            out.close()  # before writing: SQLite's own copy of the pages is freed first
+        if image is not None:
+            io.write(dst, image)
+            del image
     except sqlite3.Error as e:
         raise translate_sqlite_error(e, what, src) from None
     finally:

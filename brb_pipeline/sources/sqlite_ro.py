@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import polars as pl
 
@@ -30,20 +31,24 @@ class FileIO:
 
     Attributes:
         read: ``read(path) -> bytes``, the file's plaintext.
-        write: ``write(path, data)``, atomically.
+        write: ``write(path, data)``, atomically; ``data`` is bytes or a list of buffers.
     """
 
     read: Callable[[Path], bytes]
-    write: Callable[[Path, bytes], None]
+    write: Callable[[Path, Any], None]
 
 
-def memory_image(conn: sqlite3.Connection) -> bytearray:
-    """The bytes of an in-memory database, marked as a rollback-journal one: a copy of a WAL-mode
-    source says WAL in its header (bytes 18-19), which an in-memory database cannot open."""
-    image = bytearray(conn.serialize())
-    if image[18:20] == b"\x02\x02":
-        image[18:20] = b"\x01\x01"  # what PRAGMA journal_mode=DELETE writes into a file's header
-    return image
+def memory_image(conn: sqlite3.Connection) -> list[bytes | memoryview]:
+    """The bytes of an in-memory database as parts to write one after the other, marked as a
+    rollback-journal one: a copy of a WAL-mode source says WAL in its header (bytes 18-19), which
+    an in-memory database cannot open. Only the 100-byte header is copied to patch it: the body
+    stays the one buffer ``serialize`` made (a chat.db can be hundreds of MB)."""
+    image = conn.serialize()
+    if image[18:20] != b"\x02\x02":
+        return [image]
+    head = bytearray(image[:100])
+    head[18:20] = b"\x01\x01"  # what PRAGMA journal_mode=DELETE writes into a file's header
+    return [bytes(head), memoryview(image)[100:]]
 
 
 def open_readonly(

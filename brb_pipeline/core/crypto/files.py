@@ -12,12 +12,13 @@ from __future__ import annotations
 import io
 import json
 import os
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from brb_pipeline.core.crypto.sealed import MAGIC, is_sealed, seal, subkey, unseal
+from brb_pipeline.core.crypto.sealed import MAGIC, is_sealed, seal_to, subkey, unseal
 from brb_pipeline.core.errors import EncryptionKeyError
 
 KeyProvider = Callable[[Path], "bytes | None"]
@@ -74,19 +75,32 @@ def read_bytes(path: Path, *, key: bytes | None = None) -> bytes:
     return unseal(key or _key_for_sealed(path), raw, what=str(path)) if is_sealed(raw) else raw
 
 
-def write_bytes(path: Path, data: bytes, *, key: bytes | None = None) -> None:
+Buffer = bytes | bytearray | memoryview
+
+
+def write_bytes(path: Path, data: Buffer | Sequence[Buffer], *, key: bytes | None = None) -> None:
     """Write ``data`` to ``path`` atomically, sealed when its home is encrypted (or under ``key``,
-    as for :func:`read_bytes`)."""
+    as for :func:`read_bytes`).
+
+    ``data`` is one buffer or a sequence of them, written one after the other (a patched header
+    before an untouched body, without joining them into a copy). Sealing is done step by step
+    into the file, so a large file is never held twice in memory.
+    """
     path = Path(path)
     key = key if key is not None else file_key(path)
-    _atomic_write(path, seal(key, data) if key is not None else data)
+    parts = [data] if isinstance(data, (bytes, bytearray, memoryview)) else list(data)
+    _atomic_write(path, parts, key)
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def _atomic_write(path: Path, parts: Sequence[Buffer], key: bytes | None = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
-        f.write(data)
+        if key is not None:
+            seal_to(key, parts, f)
+        else:
+            for part in parts:
+                f.write(part)
         f.flush()
         os.fsync(f.fileno())  # the new content is on disk before the rename makes it the file
     tmp.replace(path)
@@ -126,6 +140,48 @@ def scan_parquet(path: Path) -> Any:
 
     path = Path(path)
     return pl.read_parquet(_source(path)).lazy() if sealed(path) else pl.scan_parquet(path)
+
+
+#: The last sealed Parquet file :func:`read_parquet_where` opened: (path, stat key, ParquetFile).
+_where_open: tuple[Path, tuple[int, int, int], Any] | None = None
+_where_lock = threading.Lock()
+
+
+def read_parquet_where(path: Path, column: str, value: str) -> Any:
+    """The rows of a Parquet file whose string ``column`` equals ``value``, as a polars frame.
+
+    Only the row groups whose statistics can hold ``value`` are decoded, so a file grouped by
+    that column (``paths.messages``, one batch per row group) costs one batch's rows per call,
+    not the whole file. A sealed file is decrypted once and kept open (its compressed plaintext)
+    until a call names another file or the file changes (another inode, size or mtime): a run's
+    per-batch stages read the same file once each.
+    """
+    import polars as pl
+    import pyarrow.parquet as pq
+
+    global _where_open
+    path = Path(path)
+    st = path.stat()
+    stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+    with _where_lock:
+        if not sealed(path):
+            pf = pq.ParquetFile(path)
+        elif _where_open is not None and _where_open[0] == path and _where_open[1] == stamp:
+            pf = _where_open[2]
+        else:
+            _where_open = None  # the old plaintext goes before the new one is read
+            pf = pq.ParquetFile(io.BytesIO(read_bytes(path)))
+            _where_open = (path, stamp, pf)
+        meta = pf.metadata
+        groups = []
+        for i in range(meta.num_row_groups):
+            rg = meta.row_group(i)
+            stats = next((rg.column(j).statistics for j in range(rg.num_columns)
+                          if rg.column(j).path_in_schema == column), None)
+            if stats is None or not stats.has_min_max or stats.min <= value <= stats.max:
+                groups.append(i)
+        table = pf.read_row_groups(groups, use_threads=False) if groups else pf.schema_arrow.empty_table()
+    return pl.from_arrow(table).filter(pl.col(column) == value)
 
 
 def read_arrow(path: Path, columns: list[str] | None = None) -> Any:
@@ -185,6 +241,6 @@ def parquet_writer(path: Path, schema: Any, **writer_kw: Any) -> Iterator[Callab
             tmp.unlink(missing_ok=True)
         raise
     if key is not None:
-        _atomic_write(path, seal(key, sink.getvalue()))
+        _atomic_write(path, [sink.getbuffer()], key)
     else:
         os.replace(tmp, path)

@@ -10,7 +10,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+from collections.abc import Iterable
+from typing import BinaryIO
 
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from brb_pipeline.core.errors import EncryptionKeyError, StoreError
@@ -18,6 +21,9 @@ from brb_pipeline.core.errors import EncryptionKeyError, StoreError
 MAGIC = b"BRBSEAL1"
 NONCE_BYTES = 12
 KEY_BYTES = 32
+TAG_BYTES = 16
+#: Plaintext bytes encrypted per step by :func:`seal_to`: bounds the extra memory of a large write.
+STREAM_STEP = 8 << 20
 
 
 def subkey(key: bytes, purpose: str) -> bytes:
@@ -41,6 +47,24 @@ def seal(key: bytes, data: bytes) -> bytes:
     return MAGIC + nonce + AESGCM(subkey(key, "files")).encrypt(nonce, data, MAGIC)
 
 
+def seal_to(key: bytes, parts: Iterable[bytes | bytearray | memoryview], out: BinaryIO) -> None:
+    """Write the sealed form of the concatenated ``parts`` to ``out``, step by step.
+
+    The bytes are those of :func:`seal` (same layout, same tag), made without a second copy of
+    the data in memory: a snapshot of a large chat.db is sealed in place.
+    """
+    nonce = os.urandom(NONCE_BYTES)
+    enc = Cipher(algorithms.AES(subkey(key, "files")), modes.GCM(nonce)).encryptor()
+    enc.authenticate_additional_data(MAGIC)
+    out.write(MAGIC + nonce)
+    for part in parts:
+        view = memoryview(part).cast("B")
+        for i in range(0, len(view), STREAM_STEP):
+            out.write(enc.update(view[i:i + STREAM_STEP]))
+    out.write(enc.finalize())
+    out.write(enc.tag)
+
+
 def unseal(key: bytes, blob: bytes, what: str = "a file") -> bytes:
     """The plaintext of a sealed blob.
 
@@ -50,9 +74,10 @@ def unseal(key: bytes, blob: bytes, what: str = "a file") -> bytes:
     """
     if not is_sealed(blob) or len(blob) < len(MAGIC) + NONCE_BYTES + 16:
         raise StoreError(f"{what} is not a brb encrypted file (or was cut short)")
-    nonce = blob[len(MAGIC): len(MAGIC) + NONCE_BYTES]
+    nonce = bytes(blob[len(MAGIC): len(MAGIC) + NONCE_BYTES])
+    body = memoryview(blob)[len(MAGIC) + NONCE_BYTES:]  # a view: no copy of a large file
     try:
-        return AESGCM(subkey(key, "files")).decrypt(nonce, blob[len(MAGIC) + NONCE_BYTES:], MAGIC)
+        return AESGCM(subkey(key, "files")).decrypt(nonce, body, MAGIC)
     except Exception:  # cryptography's InvalidTag: the key is not this file's, or it was altered
         raise EncryptionKeyError(f"{what} cannot be decrypted with this home's key (a different key, "
                                  "or the file was damaged)") from None
