@@ -140,3 +140,30 @@ def test_display_names_match_the_contacts_frame(tmp_path, demo_archive_small):
                 by_handle[h] = r["display_name"]
     assert len(by_handle) >= 5 and len(by_contact) > len(by_handle)
     assert metadata.display_names(s.brb_db) == (by_contact, by_handle)
+
+
+def _one_batch_per_row_group(path: Path) -> bool:
+    pf = pq.ParquetFile(path)
+    return all(len(pf.read_row_group(i, columns=["batch"]).column("batch").unique()) == 1
+               for i in range(pf.num_row_groups))
+
+
+def test_forget_keeps_the_messages_file_grouped_by_batch(tmp_path, demo_archive_small):
+    from brb_pipeline.pipeline import embed, ingest, paths, privacy
+    from brb_pipeline.settings import Settings
+
+    s = Settings.load(tmp_path / "home", chat_db=demo_archive_small.chat_db,
+                      addressbook_dir=demo_archive_small.addressbook_dir, embedding_model="hash")
+    ingest.run_snapshot(s)
+    ingest.run_parse(s)
+    ingest.run_contacts(s)
+    before = pl.read_parquet(paths.messages(s))
+    assert _one_batch_per_row_group(paths.messages(s)) and before["batch"].n_unique() > 1
+    contacts = metadata.read_contacts(s.brb_db).filter(pl.col("kind") == "direct")
+    gone = contacts["contact_id"][1]
+    privacy.forget_contacts(s, [gone])
+    after = pl.read_parquet(paths.messages(s))
+    assert gone not in after["contact_id"].to_list() and after.height < before.height
+    assert _one_batch_per_row_group(paths.messages(s))
+    for b in after["batch"].unique().to_list():
+        assert embed.batch_messages(s, b).equals(after.filter(pl.col("batch") == b))

@@ -45,8 +45,6 @@ Cancel = Callable[[], bool]
 _BLOCK_ROWS = 10_000
 #: Messages gathered in memory at a time to group ``paths.messages`` by batch (see _write_messages).
 _SORT_ROWS = 500_000
-#: Rows per row group of ``paths.messages`` at most (one batch per row group).
-_GROUP_ROWS = 50_000
 
 
 def run_snapshot(s: Settings, progress: Progress | None = None) -> dict[str, Any]:
@@ -326,9 +324,7 @@ def _write_messages(s: Settings, chat_contact: pl.DataFrame, batches: pl.DataFra
                 continue
             rows = pl.concat(blocks).sort("batch", nulls_last=True, maintain_order=True)
             del blocks
-            for part in rows.partition_by("batch", maintain_order=True):
-                for lo in range(0, part.height, _GROUP_ROWS):
-                    write(part.slice(lo, _GROUP_ROWS))
+            paths.write_grouped(write, rows, "batch")
             del rows
 
 

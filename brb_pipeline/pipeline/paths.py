@@ -143,7 +143,7 @@ def atomic_write_parquet(frame: pl.DataFrame, path: Path, metadata: dict[str, st
     """
     buf = io.BytesIO()
     frame.write_parquet(buf, compression="zstd", statistics=True, metadata=metadata)
-    files.write_bytes(path, buf.getvalue())
+    files.write_bytes(path, buf.getbuffer())
 
 
 @contextmanager
@@ -168,3 +168,21 @@ def atomic_parquet_writer(path: Path, schema: pl.Schema) -> Iterator[Callable[[p
                 write_table(table if table.schema == arrow_schema else table.cast(arrow_schema))
 
         yield write
+
+
+#: Rows per row group of a grouped file at most (see :func:`write_grouped`).
+GROUP_ROWS = 50_000
+
+
+def write_grouped(write: Callable[[pl.DataFrame], None], frame: pl.DataFrame, column: str,
+                  max_rows: int = GROUP_ROWS) -> None:
+    """Append ``frame`` through an :func:`atomic_parquet_writer`'s ``write``, one row group per
+    run of equal ``column`` values (a long run in slices of ``max_rows``).
+
+    With the frame sorted by ``column``, a reader of one value decodes only its row groups
+    (:func:`brb_pipeline.core.crypto.files.read_parquet_where`): ``messages`` is kept so, one
+    contact batch per row group.
+    """
+    for part in frame.partition_by(column, maintain_order=True):
+        for lo in range(0, part.height, max_rows):
+            write(part.slice(lo, max_rows))

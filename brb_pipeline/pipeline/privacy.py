@@ -67,7 +67,7 @@ def forget_contacts(s: Settings, contact_ids: list[str]) -> dict[str, Any]:
         c.execute("DELETE FROM clusters")
     # staging: parsed and contact-resolved messages (their lines in shared group chats too)
     mine_expr = pl.col("contact_id").is_in(contact_ids) | pl.col("sender").fill_null("").is_in(handles)
-    report["staging_messages"] = _filter_parquet(paths.messages(s), ~mine_expr, handles)
+    report["staging_messages"] = _filter_parquet(paths.messages(s), ~mine_expr, handles, group_by="batch")
     if paths.parsed_messages(s).exists():
         keep = ~pl.col("chat_id").is_in(list(chat_ids))
         if handles:
@@ -174,8 +174,12 @@ def delete_all(s: Settings) -> list[str]:
     return removed
 
 
-def _filter_parquet(path: Path, keep: pl.Expr, handles: list[str] | None = None) -> int:
-    """Keep the rows matching ``keep``; take ``handles`` out of reaction and participant lists."""
+def _filter_parquet(path: Path, keep: pl.Expr, handles: list[str] | None = None,
+                    group_by: str | None = None) -> int:
+    """Keep the rows matching ``keep``; take ``handles`` out of reaction and participant lists.
+
+    ``group_by``: the file is grouped by this column (one value per row group); so it stays.
+    """
     if not path.exists():
         return 0
     df = files.read_parquet(path)
@@ -193,7 +197,11 @@ def _filter_parquet(path: Path, keep: pl.Expr, handles: list[str] | None = None)
     else:
         changed = False
     if dropped or changed:
-        paths.atomic_write_parquet(kept, path)
+        if group_by:
+            with paths.atomic_parquet_writer(path, kept.schema) as write:
+                paths.write_grouped(write, kept, group_by)
+        else:
+            paths.atomic_write_parquet(kept, path)
     return dropped
 
 
