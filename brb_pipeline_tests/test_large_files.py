@@ -167,3 +167,28 @@ def test_forget_keeps_the_messages_file_grouped_by_batch(tmp_path, demo_archive_
     assert _one_batch_per_row_group(paths.messages(s))
     for b in after["batch"].unique().to_list():
         assert embed.batch_messages(s, b).equals(after.filter(pl.col("batch") == b))
+
+
+def test_a_sealed_snapshot_of_a_wal_source_holds_its_uncheckpointed_rows(tmp_path, sealed_dir):
+    """The sealed snapshot serializes the source's pages itself: rows still only in the -wal file
+    must be in the copy, as the backup API's copy has them."""
+    from brb_pipeline.sources.snapshot import _backup
+    from brb_pipeline.sources.sqlite_ro import FileIO
+
+    src = tmp_path / "chat.db"
+    w = sqlite3.connect(src)
+    w.execute("PRAGMA journal_mode=WAL")
+    w.execute("PRAGMA wal_autocheckpoint=0")
+    w.execute("CREATE TABLE message (text TEXT)")
+    w.executemany("INSERT INTO message VALUES (?)", [(f"m{i}",) for i in range(3000)])
+    w.commit()  # kept open: nothing is checkpointed into chat.db itself
+    assert Path(str(src) + "-wal").stat().st_size > src.stat().st_size
+    io = FileIO(read=files.read_bytes, write=files.write_bytes)
+    dst = sealed_dir / "snapshot" / "chat.db"
+    _backup(src, dst, "chat.db", 5.0, io)
+    assert is_sealed(dst.read_bytes()[:8])
+    copy = sqlite3.connect(":memory:")
+    copy.deserialize(files.read_bytes(dst))
+    assert copy.execute("SELECT count(*), max(text) FROM message").fetchone() == (3000, "m999")
+    assert copy.execute("PRAGMA journal_mode").fetchone()[0] == "memory"
+    w.close()

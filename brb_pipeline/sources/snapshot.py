@@ -138,23 +138,24 @@ def addressbook_stores(addressbook_dir: Path) -> list[Path]:
 
 
 def _backup(src: Path, dst: Path, what: str, timeout_s: float, io: FileIO | None) -> int:
-    """Copy ``src`` to ``dst`` through the backup API from a read-only connection; returns bytes.
+    """Copy ``src`` to ``dst`` from a read-only connection in one read transaction; returns bytes.
 
-    With ``io`` the copy is made in memory and its bytes written through ``io``."""
+    Plain: through the backup API into the file. With ``io``: the pages serialized into memory and
+    written through ``io``."""
     conn = open_readonly(src, what=what, timeout_s=timeout_s)
     try:
-        out = sqlite3.connect(dst if io is None else ":memory:")
-        image = None
-        try:
-            conn.backup(out)  # all pages in one step: one consistent read transaction
-            if io is None:
+        if io is None:
+            out = sqlite3.connect(dst)
+            try:
+                conn.backup(out)  # all pages in one step: one consistent read transaction
                 # A WAL-mode source yields a WAL-mode header; make the copy one self-contained file.
                 out.execute("PRAGMA journal_mode=DELETE")
-            else:
-                image = memory_image(out)
-        finally:
-            out.close()  # before writing: SQLite's own copy of the pages is freed first
-        if image is not None:
+            finally:
+                out.close()
+        else:
+            # serialize reads every page through the pager inside one read transaction (WAL
+            # frames included), like the backup, but into one buffer: no in-memory copy first.
+            image = memory_image(conn)
             io.write(dst, image)
             del image
     except sqlite3.Error as e:

@@ -39,10 +39,11 @@ class FileIO:
 
 
 def memory_image(conn: sqlite3.Connection) -> list[bytes | memoryview]:
-    """The bytes of an in-memory database as parts to write one after the other, marked as a
-    rollback-journal one: a copy of a WAL-mode source says WAL in its header (bytes 18-19), which
-    an in-memory database cannot open. Only the 100-byte header is copied to patch it: the body
-    stays the one buffer ``serialize`` made (a chat.db can be hundreds of MB)."""
+    """The bytes of a database (its pages read in one read transaction, WAL frames included) as
+    parts to write one after the other, marked as a rollback-journal one: a WAL-mode database
+    says WAL in its header (bytes 18-19), which an in-memory database cannot open. Only the
+    100-byte header is copied to patch it: the body stays the one buffer ``serialize`` made (a
+    chat.db can be hundreds of MB)."""
     image = conn.serialize()
     if image[18:20] != b"\x02\x02":
         return [image]
