@@ -21,7 +21,6 @@ from brb_pipeline.core.errors import EncryptionKeyError, StoreError
 MAGIC = b"BRBSEAL1"
 NONCE_BYTES = 12
 KEY_BYTES = 32
-TAG_BYTES = 16
 #: Plaintext bytes encrypted per step by :func:`seal_to`: bounds the extra memory of a large write.
 STREAM_STEP = 8 << 20
 
