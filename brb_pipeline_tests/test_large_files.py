@@ -30,9 +30,14 @@ def sealed_dir(tmp_path):
     """Files under ``tmp_path/home`` are sealed under KEY; the provider is removed afterwards."""
     home = tmp_path / "home"
     home.mkdir()
-    files.set_key_provider(lambda p: KEY if home in Path(p).parents else None)
+    installed = files._provider  # pipeline.keys' provider, which later tests in this process need
+
+    def provider(p: Path) -> bytes | None:
+        return KEY if home in Path(p).parents else (installed(p) if installed else None)
+
+    files.set_key_provider(provider)
     yield home
-    files.set_key_provider(None)
+    files.set_key_provider(installed)
     files._where_open = None
 
 
@@ -122,8 +127,9 @@ def test_read_parquet_where_sees_a_rewritten_file_and_unsorted_files(tmp_path, s
     assert files.read_parquet_where(path, "batch", "b1")["n"].to_list() == [1, 3]
 
 
-def test_display_names_match_the_contacts_frame(tmp_path, demo_archive_small):
+def test_name_maps_match_the_contacts_frame(tmp_path, demo_archive_small):
     from brb_pipeline.pipeline import ingest
+    from brb_pipeline.pipeline.embed import name_maps
     from brb_pipeline.settings import Settings
 
     s = Settings.load(tmp_path / "home", chat_db=demo_archive_small.chat_db,
@@ -139,7 +145,7 @@ def test_display_names_match_the_contacts_frame(tmp_path, demo_archive_small):
             for h in r.get("handles") or []:
                 by_handle[h] = r["display_name"]
     assert len(by_handle) >= 5 and len(by_contact) > len(by_handle)
-    assert metadata.display_names(s.brb_db) == (by_contact, by_handle)
+    assert name_maps(s) == (by_contact, by_handle)
 
 
 def _one_batch_per_row_group(path: Path) -> bool:

@@ -344,20 +344,6 @@ def contact_rows(path: Path) -> list[dict[str, Any]]:
     return data
 
 
-def display_names(path: Path) -> tuple[dict[str, str], dict[str, str]]:
-    """(contact_id -> display name, handle -> display name of the direct contact it belongs to).
-
-    In rank order, so where two direct contacts share a handle the lower-ranked one's name wins,
-    as iterating :func:`read_contacts` does.
-    """
-    with connect(path) as c:
-        by_contact = dict(c.execute("SELECT contact_id, display_name FROM contacts ORDER BY rank").fetchall())
-        by_handle = dict(c.execute(
-            "SELECT j.value, c.display_name FROM contacts c, json_each(c.handles_json) j "
-            "WHERE c.kind = 'direct' ORDER BY c.rank, j.key").fetchall())
-    return by_contact, by_handle
-
-
 def read_contacts(path: Path) -> pl.DataFrame:
     """All contacts as a frame (handles/channels decoded to lists)."""
     import polars as pl
