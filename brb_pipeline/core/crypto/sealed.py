@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import io
 import os
 from collections.abc import Iterable
 from typing import BinaryIO
@@ -41,16 +42,18 @@ def is_sealed(head: bytes) -> bool:
 
 
 def seal(key: bytes, data: bytes) -> bytes:
-    """``data`` encrypted under the files subkey of ``key``."""
-    nonce = os.urandom(NONCE_BYTES)
-    return MAGIC + nonce + AESGCM(subkey(key, "files")).encrypt(nonce, data, MAGIC)
+    """``data`` encrypted under the files subkey of ``key`` (in memory: :func:`seal_to` writes it)."""
+    out = io.BytesIO()
+    seal_to(key, [data], out)
+    return out.getvalue()
 
 
 def seal_to(key: bytes, parts: Iterable[bytes | bytearray | memoryview], out: BinaryIO) -> None:
     """Write the sealed form of the concatenated ``parts`` to ``out``, step by step.
 
-    The bytes are those of :func:`seal` (same layout, same tag), made without a second copy of
-    the data in memory: a snapshot of a large chat.db is sealed in place.
+    The one writer of the format: ``MAGIC``, a random nonce, the AES-256-GCM ciphertext (with
+    ``MAGIC`` as associated data) and its tag, as :func:`unseal` reads it. Step by step, so no
+    second copy of the data is made in memory: a snapshot of a large chat.db is sealed in place.
     """
     nonce = os.urandom(NONCE_BYTES)
     enc = Cipher(algorithms.AES(subkey(key, "files")), modes.GCM(nonce)).encryptor()
