@@ -17,6 +17,7 @@ import click
 
 from brb_pipeline.cli_insights import insights_command
 from brb_pipeline.cli_keys import encryption_override, no_encryption_opt, rekey_command
+from brb_pipeline.cli_mcp import mcp_command
 from brb_pipeline.cli_profile import profile_command
 from brb_pipeline.cli_output import MAIL_WARNING, WHATSAPP_WARNING, search_text, status_dict, status_lines
 from brb_pipeline.core.errors import BrbError, CancelledError
@@ -437,6 +438,7 @@ def delete_all_cmd(yes, home):
 main.add_command(profile_command(home_opt, _settings))
 main.add_command(insights_command(home_opt, _settings))
 main.add_command(rekey_command(home_opt, _settings))
+main.add_command(mcp_command(home_opt, _settings))
 
 
 if __name__ == "__main__":
