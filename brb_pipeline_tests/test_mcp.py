@@ -193,3 +193,31 @@ def test_a_missing_home_fails_at_start(tmp_path):
                        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr == f"brb: error: no search store in {tmp_path / 'nope'}: run `brb ingest` (or `brb demo`) first\n"
+
+
+def test_sdk_log_records_lose_their_arguments_and_exception_text():
+    import io
+    import logging
+
+    from brb_pipeline.assistant.server import quiet_sdk_logs
+
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        quiet_sdk_logs()
+        sdk = logging.getLogger("mcp.server.runner")
+        sdk.warning("dropped %r: malformed params", {"query": "SECRET-TEXT of a message"})
+        try:
+            raise ValueError("validation failed for SECRET-TEXT of a message")
+        except ValueError:
+            sdk.exception("handler for %r returned an invalid result", "tools/call")
+        sdk.info("Processing request with SECRET-TEXT")  # below WARNING: dropped
+        logging.getLogger("brb_pipeline.assistant.tools").warning("tool %s failed: %s", "search", "KeyError")
+    finally:
+        root.removeHandler(handler)
+    text = out.getvalue()
+    assert "SECRET" not in text, text
+    assert "dropped %r: malformed params" in text and "(ValueError)" in text
+    assert "tool search failed: KeyError" in text  # our own records keep their arguments
