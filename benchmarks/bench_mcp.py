@@ -4,7 +4,8 @@ the first answer.
 * Latency: the official SDK's stdio client starts ``brb mcp --home LARGE`` (a home of ~64K chunks),
   makes a few warm-up calls, then ``--queries`` ``search`` calls (hybrid, k 10), each timed from
   the client's send to its parsed result (protocol, search, line rendering, JSON both ways). Peer in
-  the same run: the same queries answered in this process (``Home.call``, no protocol), and, when
+  the same run: the same queries answered in this process (``Home.call``, no protocol, and
+  ``Searcher.search`` alone, without the lines and citations the tool adds), and, when
   the home was embedded with the hash embedder, the configured real model's query embedding timed
   apart (``--real-model``; the hash embedder's own costs ~0.1 ms, so the real model's time is what
   a real home adds to each call).
@@ -46,6 +47,7 @@ def pct(xs: list[float]) -> dict:
 
 def make_queries(home: Path, n: int, seed: int) -> list[dict]:
     """``search`` arguments drawn from the home's stored chunks."""
+    import brb_pipeline.pipeline  # noqa: F401  (the key provider: an encrypted home's store opens)
     from brb_pipeline.core.store import duck
 
     rng = np.random.default_rng(seed)
@@ -117,12 +119,16 @@ def in_process(home: Path, env: dict, queries: list[dict]) -> dict:
     h = Home.open(Settings.load(home))
     opened = (time.perf_counter() - t0) * 1000
     try:
-        times = []
-        for q in queries:
+        times, bare = [], []
+        for q in queries:  # the tool, then Searcher.search alone (what the tool adds: lines, citations)
             t = time.perf_counter()
             h.call("search", q)
             times.append((time.perf_counter() - t) * 1000)
-        return {**pct(times), "open_ms": round(opened, 1), "chunks": len(h.searcher.resident or [])}
+            t = time.perf_counter()
+            h.searcher.search(q["query"], k=q["k"], contacts=[q["contact"]] if "contact" in q else None, log=False)
+            bare.append((time.perf_counter() - t) * 1000)
+        return {**pct(times), "searcher_search_alone": pct(bare), "open_ms": round(opened, 1),
+                "chunks": len(h.searcher.resident or [])}
     finally:
         h.close()
 
