@@ -221,3 +221,22 @@ def test_sdk_log_records_lose_their_arguments_and_exception_text():
     assert "SECRET" not in text, text
     assert "dropped %r: malformed params" in text and "(ValueError)" in text
     assert "tool search failed: KeyError" in text  # our own records keep their arguments
+
+
+def _digests(home: Path) -> dict[str, str]:
+    import hashlib
+
+    return {str(p.relative_to(home)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(home.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("which", ["plain", "enc"])
+def test_a_session_changes_no_file_of_the_home(world, which):
+    home, env = world[which], world["env"]
+    before = _digests(home)
+    _, results = session(home, env, [("search", {"query": QUERY, "from": "me"}), ("list_people", {}),
+                                     ("person", {"name": "me"}), ("status", {}), ("search", {"query": "x", "k": 0})])
+    hit = answer(results[0])["hits"][0]
+    session(home, env, [("get_conversation", {"conversation": hit["conversation"]}),
+                        ("person", {"name": answer(results[1])["people"][0]["name"]})])
+    assert _digests(home) == before
