@@ -19,6 +19,7 @@ def mcp_command(home_opt: Callable, settings: Callable[..., Any]) -> click.Comma
         """Answer an AI assistant's tool calls on stdin/stdout (MCP): search, get_conversation,
         list_people, person, status. Read-only; nothing leaves this machine but what the
         assistant is given. The home is opened once: a missing home or key is an error here."""
+        import contextlib
         import sys
 
         sys.modules.setdefault("pandas", None)  # as `brb search`: nothing on this path needs it
@@ -26,7 +27,8 @@ def mcp_command(home_opt: Callable, settings: Callable[..., Any]) -> click.Comma
         from brb_pipeline.assistant.tools import Home
 
         quiet_sdk_logs()
-        h = Home.open(settings(home), log=log_calls)
+        with contextlib.redirect_stdout(sys.stderr):  # stdout is the protocol's: a stray print would break it
+            h = Home.open(settings(home), log=log_calls)
         try:
             serve(h)
         finally:
