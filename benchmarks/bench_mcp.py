@@ -3,7 +3,8 @@ the first answer.
 
 * Latency: the official SDK's stdio client starts ``brb mcp --home LARGE`` (a home of ~64K chunks),
   makes a few warm-up calls, then ``--queries`` ``search`` calls (hybrid, k 10), each timed from
-  the client's send to its parsed result (protocol, search, line rendering, JSON both ways). Peer in
+  the client's send to its parsed result (protocol, search, line rendering, JSON both ways), each
+  followed by a ``ping`` (the protocol's bare round trip). Peer in
   the same run: the same queries answered in this process (``Home.call``, no protocol, and
   ``Searcher.search`` alone, without the lines and citations the tool adds), and, when
   the home was embedded with the hash embedder, the configured real model's query embedding timed
@@ -84,13 +85,17 @@ async def _latency(home: Path, env: dict, queries: list[dict], warmup: int) -> d
             await s.initialize()
             for q in queries[:warmup]:
                 await s.call_tool("search", q)
+            pings = []
             for q in queries:
                 t0 = time.perf_counter()
                 res = await s.call_tool("search", q)
                 times.append((time.perf_counter() - t0) * 1000)
                 errors += bool(res.is_error)
                 hits += bool(not res.is_error and res.structured_content["hits"])
-    return {**pct(times), "errors": errors, "with_hits": hits}
+                t0 = time.perf_counter()
+                await s.send_ping()  # the protocol's own round trip, between the same calls
+                pings.append((time.perf_counter() - t0) * 1000)
+    return {**pct(times), "errors": errors, "with_hits": hits, "ping": pct(pings)}
 
 
 async def _first_answer(home: Path, env: dict, query: dict) -> dict:
