@@ -155,6 +155,10 @@ def test_bad_arguments_are_one_sentence_tool_errors_and_the_server_keeps_answeri
         text = res.content[0].text
         assert res.is_error, (name, args, text)
         assert "\n" not in text and 10 < len(text) < 300 and "Traceback" not in text, (name, args, text)
+    said = {(name, json.dumps(args)): res.content[0].text for (name, args), res in zip(BAD_CALLS, results)}
+    assert said[("search", '{"query": "x", "k": 0}')] == "'k' must be a whole number from 1 to 50."
+    assert said[("person", '{"name": "Nobody Zzyzx"}')] == "No person or group matches 'Nobody Zzyzx': list_people shows the names."
+    assert said[("search", '{"query": "x", "nonsense": 1}')].startswith("search has no argument 'nonsense'")
     assert answer(results[-1])["chunks"] > 0
     assert "Traceback" not in errlog.read_text()
 

@@ -105,8 +105,8 @@ class Home:
             raise ToolError("'since' must be earlier than 'until'.")
         senders = self._senders(sender) if sender else None
         out = self.searcher.search(query, mode=mode, k=k if senders is None else min(200, 5 * k),
-                                   contacts=[contact] if contact else None, since=since, until=until,
-                                   channel=channel, log=self.log)
+                                   contacts=[self._contact_id(contact)] if contact else None, since=since,
+                                   until=until, channel=channel, log=self.log)
         hits = [self._passage(h) for h in out["hits"]]
         if senders is not None:
             hits = [h for h in hits if any(_sent_by(line, senders) for line in h.get("lines") or [])]
@@ -116,13 +116,23 @@ class Home:
             "routed_from_query": out["routing"]["matched"], "from": sender, "since": out["filters"]["since"],
             "until": out["filters"]["until"], "channel": channel}, "confident": out["confident"]}
 
-    def _senders(self, who: str) -> set[str | None]:
-        """The sender handles ``from`` names (None stands for the owner: "me")."""
+    def _contact_id(self, name: str) -> str:
+        """The contact ``name`` names, as ``brb search --contact`` finds it (id, handle, name, or
+        the start of a name); none or several is a ToolError."""
         from brb_pipeline.core.contacts.lookup import find_contacts
 
+        try:
+            return find_contacts(self.settings.brb_db, [name], default_region=self.settings.default_region)[0]
+        except BrbError as e:
+            if str(e).startswith("no contact matches"):
+                raise ToolError(f"No person or group matches {name!r}: list_people shows the names.") from None
+            raise ToolError(str(e).splitlines()[0]) from None
+
+    def _senders(self, who: str) -> set[str | None]:
+        """The sender handles ``from`` names (None stands for the owner: "me")."""
         if who.strip().casefold() in ("me", "myself", "i"):
             return {None}
-        cid = find_contacts(self.settings.brb_db, [who], default_region=self.settings.default_region)[0]
+        cid = self._contact_id(who)
         row = next(r for r in self.contacts if r["contact_id"] == cid)
         if row["kind"] != "direct":
             raise ToolError(f"'from' names a person; {row['display_name']!r} is a group: pass it as 'contact'.")
@@ -203,13 +213,12 @@ class Home:
                 "received": r["received"], "first": r["first_ts"], "last": r["last_ts"], "conversations": chats}
 
     def person(self, arguments: dict[str, Any] | None) -> dict[str, Any]:
-        from brb_pipeline.core.contacts.lookup import find_contacts
         from brb_pipeline.core.search.profiles import contact_topics, read_profile
 
         a = Args("person", arguments, ["name"])
         name = a.text("name", max_len=200, required=True)
         a.done()
-        cid = find_contacts(self.settings.brb_db, [name], default_region=self.settings.default_region)[0]
+        cid = self._contact_id(name)
         r = next(r for r in self.contacts if r["contact_id"] == cid)
         profile = read_profile(self.searcher.con, cid)
         topics = contact_topics(self.searcher.con, cid)
