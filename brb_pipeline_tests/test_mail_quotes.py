@@ -144,3 +144,26 @@ def test_a_turkish_short_reply_with_a_booking_code_survives_a_real_emlx():
     for charset in ("utf-8", "iso-8859-9"):
         got = decode_message(rfc822(me, [ayse], "Re: Uçuş", T0, body, charset=charset))
         assert (got.text, got.quote_cut, got.quote_kept) == ("Kod: TK1907", True, False)
+
+
+def test_the_mail_heavy_demo_mailbox_loses_no_reply(tmp_path):
+    """`brb demo --mail-messages`: replies quoting each other under English, French, German,
+    Spanish, Turkish and Japanese attributions; each read back is its own answer, whole, and
+    nothing of the quote."""
+    from datetime import datetime, timezone
+
+    from brb_pipeline.demo.mail_writer import _OPENINGS, bulk_threads, write_mail_store
+    from brb_pipeline.sources.mail import read_mail
+
+    people = [("Ana Lima", "ana@example.org"), ("Ayşe Yılmaz", "ayse@example.com.tr"), ("Kenji Sato", "kenji@example.jp")]
+    recs = bulk_threads(people, datetime(2024, 1, 1, tzinfo=timezone.utc), seed=3, n=400)
+    res = read_mail(write_mail_store(tmp_path / "Mail", recs))
+    replies = sum(r.reply for r in recs)
+    assert res.messages.height == len(recs) == 400 and replies > 150
+    assert (res.stats["quotes_cut"], res.stats["quotes_kept"], res.stats["empty_skipped"]) == (replies, 0, 0)
+    openings = tuple(o.split("{")[0] for o in _OPENINGS)
+    for rec, text in zip(recs, res.messages.sort("source_rowid")["text"]):
+        answer = text.split("\n\n", 1)[1] if not rec.reply else text  # an original starts with its subject
+        assert answer.startswith(openings), text
+        assert not any(line.startswith(">") for line in answer.splitlines()), text
+        assert not any(w in answer for w in ("wrote:", "a écrit", "schrieb", "escribió", "yazdı", "<")), text
