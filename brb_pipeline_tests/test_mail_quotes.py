@@ -167,3 +167,20 @@ def test_the_mail_heavy_demo_mailbox_loses_no_reply(tmp_path):
         assert answer.startswith(openings), text
         assert not any(line.startswith(">") for line in answer.splitlines()), text
         assert not any(w in answer for w in ("wrote:", "a écrit", "schrieb", "escribió", "yazdı", "<")), text
+
+
+def test_a_reply_that_is_all_quote_is_emptied_when_someone_is_forgotten():
+    """Read whole (nothing cut), such a reply may be the forgotten person's words: the snapshot's
+    rewritten body keeps none of it; a reply with an answer keeps only the answer."""
+    from brb_pipeline.demo.mail_writer import emlx_bytes
+    from brb_pipeline.pipeline.scrub_emlx import scrubbed_emlx
+    from brb_pipeline.sources.mail_body import emlx_message
+
+    ana, diego = ("Ana", "ana@example.org"), ("Diego", "diego@example.com")
+    quoted = "On Sat, Mar 2, 2024 at 9:00 AM Diego <diego@example.com> wrote:\n> I will bring lemonade"
+    gone = {"diego@example.com"}
+    for body, expected in ((quoted, None), ("Great!\n\n" + quoted, "Great!")):
+        data = emlx_bytes(rfc822(ana, [("Me", "me@icloud.com"), diego], "Re: Picnic", T0, body))
+        new = scrubbed_emlx(data, gone.__contains__, {b"diego@example.com", b"diego"})
+        assert b"lemonade" not in new and b"diego" not in new.lower()
+        assert decode_message(emlx_message(new)).text == expected
