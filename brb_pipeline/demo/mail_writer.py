@@ -207,13 +207,13 @@ _LINES = (
     "the {thing} for the {event} is sorted, I paid the deposit of {n} euros this morning.",
     "could you send me the {thing} before {day}? The {event} depends on it.",
     "I found an old photo of the {event} while clearing out the {room}; I will scan it for you.",
-    "my sister recommends a {thing} place near the {room} of the station, open until {n}.",
+    "my sister recommends a {thing} place near the {room} of the station, open until {h}.",
     "the {event} moved to {day}; the {thing} stays where it is, reference {code}.",
     "thanks for the {thing}, it arrived on {day} in one piece. The kids loved it.",
     "are we still on for the {event}? I can bring the {thing} and drive from {day} on.",
     "the landlord finally fixed the {room} heater, so the {event} can be at my place.",
     "I read the {thing} you suggested, the chapter about the {event} made me laugh.",
-    "my flight lands at {n}:15 on {day}, booking {code}; no need to pick me up.",
+    "my flight lands at {h}:15 on {day}, booking {code}; no need to pick me up.",
 )
 _THINGS = ("tickets", "recipe", "invoice", "map", "guitar", "tent", "book", "cake", "bike", "camera")
 _EVENTS = ("wedding", "hike", "concert", "reunion", "garage sale", "ski week", "birthday", "quiz night")
@@ -259,8 +259,9 @@ def bulk_threads(people: Sequence[Address], start: datetime, seed: int, n: int, 
 
 def _bulk_text(r: random.Random, to_name: str) -> str:
     words = {"thing": r.choice(_THINGS), "event": r.choice(_EVENTS), "room": r.choice(_ROOMS),
-             "day": r.choice(_DAYS), "n": r.randint(2, 95), "code": f"{r.choice('BKQTZ')}{r.randint(1000, 9999)}"}
-    lines = [r.choice(_LINES).format(**words).capitalize() for _ in range(r.randint(1, 3))]
+             "day": r.choice(_DAYS), "n": r.randint(2, 95), "h": r.randint(6, 22),
+             "code": f"{r.choice('BKQTZ')}{r.randint(1000, 9999)}"}
+    lines = [(x := r.choice(_LINES).format(**words))[0].upper() + x[1:] for _ in range(r.randint(1, 3))]
     first = (to_name or "there").split()[0]
     return r.choice(_OPENINGS).format(first=first) + "\n\n" + " ".join(lines)
 
