@@ -91,3 +91,19 @@ def test_ceiling_counts_windows_per_conversation():
     # c1: ceil((20 - 8) / 4) + 1 = 4; c2: 3 conversations of 1; c3: 6000 chars -> 6000 // 1600 + 2 = 5 lines
     # plus the undated one: 6 lines, one window
     assert checks.chunk_ceiling(frame.lazy(), p) == (25, 4 + 3 + 1)
+
+
+def test_brb_demo_with_a_larger_mailbox_ingests(tmp_path):
+    """`brb demo --mail-messages N` (implies --mail): more mail than iMessage, one run, exit 0."""
+    import json
+
+    from brb_pipeline_tests.test_cli import cli
+
+    r = cli("demo", "--messages", "200", "--mail-messages", "400", "--progress", "none", "--no-encryption",
+            home=tmp_path / "demo")
+    assert r.exit_code == 0, r.stderr[-2000:]
+    st = json.loads(r.stdout)
+    assert st["channels"]["mail"] is True and st["search_ready"] and st["messages"] > 600
+    per = dict(files.scan_parquet(paths.messages(Settings(home=tmp_path / "demo"))).group_by("channel").len()
+               .collect().iter_rows())
+    assert per["mail"] >= 400 > per["imessage"]
