@@ -184,3 +184,10 @@ def test_a_reply_that_is_all_quote_is_emptied_when_someone_is_forgotten():
         new = scrubbed_emlx(data, gone.__contains__, {b"diego@example.com", b"diego"})
         assert b"lemonade" not in new and b"diego" not in new.lower()
         assert decode_message(emlx_message(new)).text == expected
+
+
+@pytest.mark.parametrize("footer", ["Sent from my iPhone", "Envoyé de mon iPhone", "Von meinem iPhone gesendet",
+                                    "Enviado desde mi iPhone", "Inviato da iPhone", "Enviado do meu iPhone",
+                                    "Verstuurd vanaf mijn iPhone", "iPhone'umdan gönderildi", "iPhoneから送信"])
+def test_the_ios_footer_goes_in_every_language(footer):
+    assert cut_text(f"Booking QX7P2L confirmed.\n\n{footer}") == ("Booking QX7P2L confirmed.", False, True)

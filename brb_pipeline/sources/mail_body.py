@@ -57,7 +57,12 @@ _HEADER_SENT = re.compile(r"^[ \t]*\*?(Sent|Date|Envoyé|Gesendet|Datum|Enviado|
                           r"Gönderildi|Gönderilme|Tarih|送信日時|日付)\*?[ \t]*[:：]", re.IGNORECASE)
 _RULE = re.compile(r"^[ \t]*_{5,}[ \t]*$")
 _SIGNATURE = re.compile(r"^-- ?$", re.MULTILINE)
-_MOBILE_FOOTER = re.compile(r"^Sent from my (iPhone|iPad|Android|mobile device)\s*$", re.IGNORECASE | re.MULTILINE)
+# "Sent from my iPhone" as iOS writes it in the languages above.
+_MOBILE_FOOTER = re.compile(
+    r"^(Sent from my (iPhone|iPad|Android|mobile device)|Envoyé de mon (iPhone|iPad)|Von meinem (iPhone|iPad) gesendet"
+    r"|Enviado desde mi (iPhone|iPad)|Inviato da (iPhone|iPad)|Enviado do meu (iPhone|iPad)"
+    r"|Verstuurd vanaf mijn (iPhone|iPad)|(iPhone|iPad)'umdan gönderildi|(iPhone|iPad)から送信)\s*$",
+    re.IGNORECASE | re.MULTILINE)
 _BLANK_RUN = re.compile(r"\n{3,}")
 
 
