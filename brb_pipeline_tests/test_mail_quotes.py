@@ -126,9 +126,10 @@ def test_outlook_header_blocks(lang):
     "Le 5 mars, il a écrit : rien de neuf.",
     "Am Ende schrieb er: danke",
     "Op 5 mei schreef ik hem een brief.",
+    "Thanks!\nOn 5 May she wrote: the keys are under the mat",
     "2024年3月5日に会議があります: 10時から",
     "De: 10 a 12, en la oficina.",
-    "From: the hotel, 2 nights\nSent: nothing yet, booking QX7P2L",
+    "Hi Ana,\nFrom: the hotel, 2 nights\nSent: nothing yet, booking QX7P2L\nSee you",
     "Hasan, 5 Mart tarihinde bize yazdı: gelmiyor",
 ])
 def test_prose_is_never_cut(text):

@@ -51,10 +51,13 @@ _SEPARATOR = re.compile(
     r"^[ \t]*-{2,}\s*(Original Message|Ursprüngliche Nachricht|Message d'origine|Mensaje original|"
     r"Messaggio originale|Mensagem original|Oorspronkelijk bericht|Orijinal İleti|元のメッセージ)\s*-{2,}[ \t]*$",
     re.IGNORECASE)
-# Outlook's header block: a "From:" line and, within the next two lines, a "Sent:"/"Date:" line.
+# Outlook's header block: a "From:" line, a "Sent:"/"Date:" line within the next two and a
+# "To:"/"Subject:" line within the next four.
 _HEADER_FROM = re.compile(r"^[ \t]*\*?(From|De|Von|Van|Da|Kimden|差出人)\*?[ \t]*[:：].+", re.IGNORECASE)
 _HEADER_SENT = re.compile(r"^[ \t]*\*?(Sent|Date|Envoyé|Gesendet|Datum|Enviado|Fecha|Inviato|Data|Verzonden|"
                           r"Gönderildi|Gönderilme|Tarih|送信日時|日付)\*?[ \t]*[:：]", re.IGNORECASE)
+_HEADER_TO = re.compile(r"^[ \t]*\*?(To|Subject|À|Objet|An|Betreff|Para|Asunto|A|Oggetto|Assunto|Aan|Onderwerp|Kime|"
+                        r"Konu|宛先|件名)\*?[ \t]*[:：]", re.IGNORECASE)
 _RULE = re.compile(r"^[ \t]*_{5,}[ \t]*$")
 _SIGNATURE = re.compile(r"^-- ?$", re.MULTILINE)
 # "Sent from my iPhone" as iOS writes it in the languages above.
@@ -245,7 +248,8 @@ def quote_start(lines: list[str]) -> tuple[int, int] | None:
         nxt = lines[i + 1] if i + 1 < len(lines) else ""
         if _SEPARATOR.match(line):
             return i, i
-        if _HEADER_FROM.match(line) and any(_HEADER_SENT.match(x) for x in lines[i + 1:i + 3]):
+        if (_HEADER_FROM.match(line) and any(_HEADER_SENT.match(x) for x in lines[i + 1:i + 3])
+                and any(_HEADER_TO.match(x) for x in lines[i + 2:i + 5])):
             return (i - 1 if i and _RULE.match(lines[i - 1]) else i), i
         if line.lstrip().startswith(">"):
             continue
