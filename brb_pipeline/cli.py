@@ -232,11 +232,13 @@ def _resolve_contacts(s: Settings, names: list[str]) -> list[str]:
               help="Size of the demo archive (0 = the whole chitchat corpus, ~258K messages).")
 @click.option("--whatsapp", is_flag=True, help="Also build and ingest a demo WhatsApp store.")
 @click.option("--mail", is_flag=True, help="Also build and ingest a demo Mail store.")
+@click.option("--mail-messages", type=click.IntRange(min=0), default=0, show_default=True,
+              help="With --mail: that many more mail messages in reply threads (a Mail-heavy home).")
 @click.option("--progress", "progress_mode", type=click.Choice(["bars", "jsonl", "none"]), default=None)
 @click.option("--home", type=click.Path(path_type=Path), default=None,
               help="Demo home dir (default: $BRB_DEMO_HOME or ~/.brb-demo, never $BRB_HOME).")
 @no_encryption_opt
-def demo(messages, whatsapp, mail, progress_mode, home, no_encryption):
+def demo(messages, whatsapp, mail, mail_messages, progress_mode, home, no_encryption):
     """Build the demo archive (real Apple schemas, real human chat corpus) and ingest it into its
     own home; a home holding a real ingestion is refused."""
     from brb_pipeline.core.errors import SettingsError
@@ -247,7 +249,9 @@ def demo(messages, whatsapp, mail, progress_mode, home, no_encryption):
     held = s.real_ingestion()
     if held:
         raise SettingsError(f"{s.home} holds {held}; `brb demo` will not replace it: give it another --home")
-    archive = build_demo_archive(s.demo_archive_dir, messages=messages or None, whatsapp=whatsapp, mail=mail)
+    mail = mail or mail_messages > 0
+    archive = build_demo_archive(s.demo_archive_dir, messages=messages or None, whatsapp=whatsapp, mail=mail,
+                                 mail_messages=mail_messages)
     s = _settings(s.home, chat_db=archive.chat_db, addressbook_dir=archive.addressbook_dir,
                   whatsapp_db=archive.whatsapp_db if whatsapp else None, whatsapp_enabled=bool(whatsapp),
                   mail_dir=archive.mail_dir, mail_enabled=bool(mail), encryption=s.encryption)

@@ -207,10 +207,13 @@ def test_a_lost_key_is_an_error_not_a_silent_resurrection(tmp_path, monkeypatch)
 
     s = _legacy_home(tmp_path, monkeypatch, "+16175550000")
     migrate_legacy(s, forgotten_rules(s), {"+16175550000"}, set())
-    key_file(s).unlink()
+    con = sqlite3.connect(s.brb_db)
+    (key_id,) = con.execute("SELECT digest FROM forgotten WHERE kind = 'keyid'").fetchone()  # the key's name
+    con.close()
+    key_file(s, key_id).unlink()
     with pytest.raises(BrbError, match="forget key .* is missing"):
         forgotten_rules(s)
-    key_file(s).write_text(os.urandom(32).hex())  # another key: its check digest does not match
+    key_file(s, key_id).write_text(os.urandom(32).hex())  # another key: its check digest does not match
     with pytest.raises(BrbError, match="not the one it was made with"):
         forgotten_rules(s)
 

@@ -136,13 +136,13 @@ def test_broken_bodies_and_absurd_dates_are_counted_not_fatal(tmp_path):
     ]
     res = read_mail(write_mail_store(tmp_path / "Mail", recs))
     by_subject = {r["text"].split("\n")[0]: r for r in res.messages.iter_rows(named=True)}
-    assert by_subject["Cut off"]["undecodable"] and by_subject["Garbage"]["undecodable"]
-    assert by_subject["Cut off"]["text"] == "Cut off"  # kept, without a body
+    # a truncated or garbage body is no message: skipped and counted, never a message with content
+    assert "Cut off" not in by_subject and "Garbage" not in by_subject
     assert by_subject["Partial"]["text"] == "Partial\n\nfine" and not by_subject["Partial"]["undecodable"]
     assert by_subject["No body"]["text"] == "No body" and not by_subject["No body"]["undecodable"]
     assert res.stats["body_undecodable"] == 2 and res.stats["body_missing"] == 1
-    assert res.stats["bad_timestamp"] == 5 and res.messages.height == 4
-    assert any("truncated or undecodable" in w for w in res.warnings)
+    assert res.stats["bad_timestamp"] == 5 and res.messages.height == 2 == res.stats["messages_read"]
+    assert any("2 messages were skipped: their body file is truncated" in w for w in res.warnings)
     assert any("date" in w for w in res.warnings)
 
 
@@ -215,8 +215,8 @@ def test_attachment_parts_are_not_the_body():
         ("Gern.\n\nAm 05.03.2024 um 10:00 schrieb Ana <ana@example.org>:\n> Kommst du?", "Gern.", True, False),
         # a line starting "On" that is not an attribution stays
         ("On Monday we hiked.\nIt rained.", "On Monday we hiked.\nIt rained.", False, False),
-        # nothing left: None
-        ("> only a quote", None, True, False),
+        # all quote: a cut never removes a whole message, the text is kept
+        ("> only a quote", "> only a quote", False, False),
     ],
 )
 def test_quote_and_signature_cutting(text, expected, quote, sig):

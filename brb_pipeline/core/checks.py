@@ -11,6 +11,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
+from brb_pipeline.core.chunking import ChunkParams
 from brb_pipeline.core.crypto import files
 from brb_pipeline.core.store.duck import table_exists
 from brb_pipeline.core.store.index import index_status
@@ -27,18 +28,51 @@ def undecodable_share(parsed_messages: Path, *, max_share: float = 0.01) -> Resu
     return share <= max_share, {"messages": n, "undecodable": bad, "share": round(share, 5), "max_share": max_share}
 
 
-def chunk_count_sane(con: duckdb.DuckDBPyConnection, messages: int, stride: int) -> Result:
-    """Chunks exist when messages do, and there are not more than ~messages/stride + chats.
+def chunk_count_sane(con: duckdb.DuckDBPyConnection, messages: pl.LazyFrame, params: ChunkParams) -> Result:
+    """Chunks exist when messages do, no chunk id repeats, and there are no more chunks than
+    the windows the messages can make.
 
-    With window w and stride s a conversation of n >= w messages gives ceil((n - w) / s) + 1
-    chunks, so the total is at most messages / s plus one per conversation; we allow twice
-    messages / stride as a generous ceiling that still catches duplicated loads.
+    The ceiling is counted per conversation, the way chunking splits them (a silence longer
+    than ``params.gap_s`` starts one): a conversation of L lines gives at most
+    ``ceil((L - window) / stride) + 1`` windows (1 when L <= window). So it fits any channel's
+    density: an iMessage chat of hundreds of messages a day and a mail thread whose replies are
+    days apart (one chunk each) alike. A line is a message, or more for a body longer than
+    ``max_message_chars`` (counted generously); windows dropped as too short only lower the
+    count. A second load of the same chunks shows as duplicate ids, a chunking that windows a
+    conversation more than once as chunks over the ceiling. The ceiling allows 2% + 10 more
+    (a batch kept from an earlier run while its messages moved on), far below a doubling.
+
+    Args:
+        messages: the staged messages (``contact_id``, ``chat_id``, ``ts``, ``source_rowid``, ``text``).
     """
     chunks = int(con.execute("SELECT count(*) FROM chunks").fetchone()[0]) if table_exists(con, "chunks") else 0
     dupes = int(con.execute("SELECT count(*) - count(DISTINCT chunk_id) FROM chunks").fetchone()[0]) if chunks else 0
-    ceiling = 2 * messages / max(1, stride) + 10
-    ok = dupes == 0 and (messages == 0 or 0 < chunks <= ceiling)
-    return ok, {"chunks": chunks, "messages": messages, "duplicate_ids": dupes, "ceiling": int(ceiling)}
+    n, windows = chunk_ceiling(messages, params)
+    ceiling = windows + windows // 50 + 10
+    ok = dupes == 0 and (n == 0 or 0 < chunks <= ceiling)
+    return ok, {"chunks": chunks, "messages": n, "duplicate_ids": dupes, "windows": windows, "ceiling": ceiling}
+
+
+def chunk_ceiling(messages: pl.LazyFrame, params: ChunkParams) -> tuple[int, int]:
+    """(messages, the most windows they can make): see :func:`chunk_count_sane`."""
+    chat = ["contact_id", "chat_id"]
+    piece = max(1, params.max_message_chars * 4 // 5)  # a split piece is at least 4/5 of the limit
+    chars = pl.col("text").fill_null("").str.len_chars()
+    per_conv = (
+        messages.select(*chat, "ts", pl.col("source_rowid").fill_null(0).alias("rid"),
+                        pl.when(chars > params.max_message_chars).then(chars // piece + 2).otherwise(1).alias("lines"))
+        # an undated message joins the conversation of the message before it (by ROWID), as in chunking
+        .sort([*chat, "rid"])
+        .with_columns(pl.col("ts").forward_fill().backward_fill().over(chat).dt.epoch("us").alias("place"))
+        .sort([*chat, "place"], nulls_last=True)
+        .with_columns(((pl.col("place").diff().over(chat) > params.gap_s * 1_000_000).fill_null(False)
+                       .cum_sum().over(chat)).alias("conv"))
+        .group_by([*chat, "conv"]).agg(pl.col("lines").sum().alias("lines"), pl.len().alias("n"))
+    )
+    over = (pl.col("lines") - params.window).clip(lower_bound=0)
+    windows = pl.when(pl.col("lines") <= params.window).then(1).otherwise((over + params.stride - 1) // params.stride + 1)
+    row = per_conv.select(pl.col("n").sum(), windows.sum()).collect()
+    return int(row.item(0, 0) or 0), int(row.item(0, 1) or 0)
 
 
 def vectors_valid(con: duckdb.DuckDBPyConnection) -> Result:

@@ -123,13 +123,15 @@ def write_demo_whatsapp(dest: Path, contacts: list[Contact], r: random.Random, c
     return path
 
 
-def write_demo_mail_store(dest: Path, contacts: list[Contact], seed: int, counts: dict[str, int]) -> Path:
+def write_demo_mail_store(dest: Path, contacts: list[Contact], seed: int, counts: dict[str, int],
+                          bulk: int = 0) -> Path:
     """A small Mail store under ``dest/Mail`` with threads between the demo's e-mail contacts
-    (those whose iMessage handle is an address: the AddressBook knows them by it)."""
+    (those whose iMessage handle is an address: the AddressBook knows them by it), plus ``bulk``
+    messages in reply threads with them (a Mail-heavy home)."""
     from brb_pipeline.demo.mail_writer import write_demo_mail
 
     people = [(" ".join(x for x in (c.name or ()) if x), c.handle)
               for c in sorted(contacts, key=lambda c: c.name is None) if not c.cc and not c.vanished]
-    demo = write_demo_mail(dest / "Mail", people, datetime(2018, 9, 3, 8, tzinfo=UTC), seed)
+    demo = write_demo_mail(dest / "Mail", people, datetime(2018, 9, 3, 8, tzinfo=UTC), seed, bulk)
     counts.update(demo.counts)
     return dest / "Mail"

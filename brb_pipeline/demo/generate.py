@@ -124,7 +124,7 @@ class _Gen:
         }
         self.cast = Cast(self.rng, self.counts, n, seed, max(1, int(split_contacts)))
 
-    def build(self, whatsapp: bool, mail: bool = False) -> DemoArchive:
+    def build(self, whatsapp: bool, mail: bool = False, mail_messages: int = 0) -> DemoArchive:
         """Write chat.db, the AddressBook and (if asked) WhatsApp; returns the archive."""
         convs = self.cast.select()
         contacts = list(dict.fromkeys(c for c, _, _ in convs))
@@ -156,7 +156,8 @@ class _Gen:
         ab_dir = self.dest / "AddressBook"
         write_demo_addressbook(ab_dir, [c for c in contacts], self.rng, self.counts)
         wa = write_demo_whatsapp(self.dest, contacts, self.rng, self.counts) if whatsapp else None
-        mail_dir = write_demo_mail_store(self.dest, contacts, self.cast.seed, self.counts) if mail else None
+        mail_dir = write_demo_mail_store(self.dest, contacts, self.cast.seed, self.counts,
+                                         mail_messages) if mail else None
         return DemoArchive(self.dest, self.dest / "chat.db", ab_dir, wa, self.counts, mail_dir=mail_dir)
 
     def _pick_groups(self, convs: list, contacts: list[Contact]) -> list[int]:
@@ -338,7 +339,7 @@ class _Gen:
 
 def build_demo_archive(
     dest: Path, *, messages: int | None = 6000, seed: int = 7, whatsapp: bool = False, split_contacts: int = 1,
-    mail: bool = False,
+    mail: bool = False, mail_messages: int = 0,
 ) -> DemoArchive:
     """Write a demo archive into ``dest`` from the chitchat corpus; deterministic per seed.
 
@@ -353,6 +354,8 @@ def build_demo_archive(
         whatsapp: also write a small ``ChatStorage.sqlite``.
         mail: also write a small Mail store (``Mail/V10``) with threads between the demo's
             e-mail contacts; the rest of the archive is the same as without it.
+        mail_messages: with ``mail``, that many more mail messages in reply threads with those
+            contacts (a Mail-heavy home when it is more than ``messages``).
         split_contacts: give each corpus participant's conversations to this many people in turn
             (1: one person each). A bigger archive split in proportion has more people, each as
             busy as in a smaller one, instead of the same people busier (memory benchmarks).
@@ -369,7 +372,7 @@ def build_demo_archive(
         shutil.rmtree(dest / "Mail", ignore_errors=True)
     elif (dest / "chat.db").exists():
         raise FileExistsError(f"{dest / 'chat.db'} exists and is not a demo archive; choose an empty folder")
-    archive = _Gen(dest, messages, seed, split_contacts).build(whatsapp, mail)
+    archive = _Gen(dest, messages, seed, split_contacts).build(whatsapp, mail, mail_messages)
     archive.seconds = time.perf_counter() - t0
     marker = {"seed": seed, "messages": messages, "split_contacts": split_contacts, "counts": archive.counts}
     (dest / MARKER).write_text(json.dumps(marker, indent=2))

@@ -173,7 +173,8 @@ class DemoMail:
 MAIL_ONLY_PHRASE = "Wallowa kayak rental"
 
 
-def write_demo_mail(mail_dir: Path, people: Sequence[Address], start: datetime, seed: int) -> DemoMail:
+def write_demo_mail(mail_dir: Path, people: Sequence[Address], start: datetime, seed: int,
+                    bulk: int = 0) -> DemoMail:
     """The demo's Mail store: threads with ``people`` (the demo's e-mail contacts), deterministic.
 
     Args:
@@ -182,6 +183,8 @@ def write_demo_mail(mail_dir: Path, people: Sequence[Address], start: datetime, 
             invented ones when fewer than three.
         start: time of the first message (UTC).
         seed: random seed (times between messages).
+        bulk: that many more messages in reply threads (:func:`bulk_threads`), for a home that
+            is mostly Mail.
     """
     r = random.Random(seed)
     pool = list(people) + [("Alex Rivers", "alex.rivers@example.org"), ("Sam Ortiz", "sam.ortiz@example.org"),
@@ -190,11 +193,83 @@ def write_demo_mail(mail_dir: Path, people: Sequence[Address], start: datetime, 
     stranger = ("Jordan Vale", "jordan.vale@example.net")
     t = [start + timedelta(hours=6 * i + r.randint(0, 300) / 60) for i in range(14)]
     recs = _demo_threads(a, b, c, stranger, t)
-    index = write_mail_store(mail_dir, recs)
-    counts = {"mail_messages": len(recs), "mail_threads": len({x.thread for x in recs if x.thread}),
+    more = bulk_threads(pool, t[-1] + timedelta(days=1), seed, bulk) if bulk > 0 else []
+    index = write_mail_store(mail_dir, recs + more)
+    counts = {"mail_messages": len(recs) + len(more), "mail_threads": len({x.thread for x in recs + more if x.thread}),
               "mail_expected_messages": sum(1 for x in recs if x.thread in (1, 2, 3, 6) and x.sender
-                                            and not x.deleted and x.global_id is None)}
+                                            and not x.deleted and x.global_id is None),
+              "mail_bulk_messages": len(more)}
     return DemoMail(index, counts)
+
+
+_OPENINGS = ("Hi {first},", "Hello {first},", "Dear {first},", "Hey {first}!", "Good morning {first},")
+_LINES = (
+    "the {thing} for the {event} is sorted, I paid the deposit of {n} euros this morning.",
+    "could you send me the {thing} before {day}? The {event} depends on it.",
+    "I found an old photo of the {event} while clearing out the {room}; I will scan it for you.",
+    "my sister recommends a {thing} place near the {room} of the station, open until {h}.",
+    "the {event} moved to {day}; the {thing} stays where it is, reference {code}.",
+    "thanks for the {thing}, it arrived on {day} in one piece. The kids loved it.",
+    "are we still on for the {event}? I can bring the {thing} and drive from {day} on.",
+    "the landlord finally fixed the {room} heater, so the {event} can be at my place.",
+    "I read the {thing} you suggested, the chapter about the {event} made me laugh.",
+    "my flight lands at {h}:15 on {day}, booking {code}; no need to pick me up.",
+)
+_THINGS = ("tickets", "recipe", "invoice", "map", "guitar", "tent", "book", "cake", "bike", "camera")
+_EVENTS = ("wedding", "hike", "concert", "reunion", "garage sale", "ski week", "birthday", "quiz night")
+_ROOMS = ("attic", "basement", "kitchen", "garden", "north side")
+_DAYS = ("Monday", "Tuesday", "Thursday", "Friday", "the weekend", "the 14th", "the 21st")
+_SUBJECTS = ("Plans", "Quick question", "Photos", "The trip", "Next month", "Paperwork", "News", "Catching up")
+# Attribution lines as mail clients write them (English, French, German, Spanish, Turkish, Japanese).
+_ATTRIBUTION_FORMS = (
+    "On {date}, {name} <{addr}> wrote:",
+    "Le {d}.{m}.{y} à {hm}, {name} <{addr}> a écrit :",
+    "Am {d}.{m}.{y} um {hm} schrieb {name} <{addr}>:",
+    "El {d}/{m}/{y}, a las {hm}, {name} <{addr}> escribió:",
+    "{name} <{addr}>, {d}.{m}.{y} {hm} tarihinde şunu yazdı:",
+    "{y}年{m}月{d}日 {hm} {name} <{addr}>:",
+)
+
+
+def bulk_threads(people: Sequence[Address], start: datetime, seed: int, n: int, first: int = 100) -> list[MailRecord]:
+    """``n`` messages in reply threads of 1 to 6 between the owner and one of ``people``:
+    replies hours to days apart, each quoting the one before under an attribution line in one
+    of several languages (what a reader must cut, and never the reply with it)."""
+    r = random.Random(seed * 7919 + n)
+    recs: list[MailRecord] = []
+    thread = first
+    while len(recs) < n:
+        thread += 1
+        t = start + timedelta(days=r.uniform(0, 730))  # threads spread over two years, interleaved
+        partner, subject = r.choice(list(people)), r.choice(_SUBJECTS) + f" #{thread - first}"
+        prev: tuple[Address, datetime, str] | None = None
+        for k in range(min(r.randint(1, 6), n - len(recs))):
+            mine = k % 2 == 1
+            sender, to = (OWNER, partner) if mine else (partner, OWNER)
+            t += timedelta(hours=r.uniform(7, 60))
+            text = _bulk_text(r, to[0])
+            body = text if prev is None else f"{text}\n\n{_attribution(r, *prev)}\n" + "\n".join(
+                "> " + x for x in prev[2].splitlines())
+            recs.append(MailRecord(thread, "Sent Messages" if mine else "INBOX", sender, [to],
+                                   subject, t, rfc822(sender, [to], ("Re: " if k else "") + subject, t, body),
+                                   reply=k > 0))
+            prev = (sender, t, text)
+    return recs
+
+
+def _bulk_text(r: random.Random, to_name: str) -> str:
+    words = {"thing": r.choice(_THINGS), "event": r.choice(_EVENTS), "room": r.choice(_ROOMS),
+             "day": r.choice(_DAYS), "n": r.randint(2, 95), "h": r.randint(6, 22),
+             "code": f"{r.choice('BKQTZ')}{r.randint(1000, 9999)}"}
+    lines = [(x := r.choice(_LINES).format(**words))[0].upper() + x[1:] for _ in range(r.randint(1, 3))]
+    first = (to_name or "there").split()[0]
+    return r.choice(_OPENINGS).format(first=first) + "\n\n" + " ".join(lines)
+
+
+def _attribution(r: random.Random, sender: Address, ts: datetime, _text: str) -> str:
+    return r.choice(_ATTRIBUTION_FORMS).format(
+        date=format_datetime(ts), name=sender[0], addr=sender[1], d=ts.day, m=ts.month, y=ts.year,
+        hm=f"{ts:%H:%M}")
 
 
 def _demo_threads(a: Address, b: Address, c: Address, stranger: Address, t: list[datetime]) -> list[MailRecord]:

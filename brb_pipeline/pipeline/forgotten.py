@@ -14,6 +14,7 @@ import hashlib
 import hmac
 import os
 import sqlite3
+import uuid
 from pathlib import Path
 
 import polars as pl
@@ -24,7 +25,7 @@ from brb_pipeline.pipeline.keystore import os_keychain, home_path_id, key_dir, s
 from brb_pipeline.settings import Settings
 
 FORGOTTEN_DDL = """CREATE TABLE IF NOT EXISTS forgotten (
-    kind TEXT NOT NULL,        -- handle | chat | keycheck
+    kind TEXT NOT NULL,        -- handle | chat | keycheck | keyid (the name the forget key is kept under)
     digest TEXT NOT NULL,      -- 'hmac:' + HMAC-SHA256 under the home's forget key (older homes:
                                -- bare salted sha256); the handle itself is not kept
     PRIMARY KEY (kind, digest)
@@ -40,19 +41,20 @@ class ForgetKeyError(BrbError):
     """The home's forget key is not where it was (keychain locked or key file gone)."""
 
 
-def key_file(s: Settings) -> Path:
-    """This home's key file: one per home, named by a hash of the home's absolute path."""
-    return key_dir() / f"forget-{home_path_id(s.home)}.key"
+def key_file(s: Settings, key_id: str | None = None) -> Path:
+    """A forget key file: named by the id kept in the home's brb.db (``key_id``), or, for a
+    home keyed before that id existed, by a hash of the home's absolute path."""
+    return key_dir() / f"forget-{key_id or home_path_id(s.home)}.key"
 
 
-def _read_key(s: Settings) -> bytes | None:
-    f = key_file(s)
+def _read_key(s: Settings, key_id: str | None) -> bytes | None:
+    f = key_file(s, key_id)
     if f.exists():
         return bytes.fromhex(f.read_text().strip())
     kr = os_keychain()
     if kr is not None:
         try:
-            v = kr.get_password(KEYRING_SERVICE, home_path_id(s.home))
+            v = kr.get_password(KEYRING_SERVICE, key_id or home_path_id(s.home))
         except Exception:
             v = None
         if v:
@@ -60,31 +62,62 @@ def _read_key(s: Settings) -> bytes | None:
     return None
 
 
-def _create_key(s: Settings) -> bytes:
-    key = os.urandom(32)
+def _store_key(s: Settings, key_id: str, key: bytes) -> None:
     kr = os_keychain()
     if kr is not None:
         try:
-            kr.set_password(KEYRING_SERVICE, home_path_id(s.home), key.hex())
-            if kr.get_password(KEYRING_SERVICE, home_path_id(s.home)) == key.hex():
-                return key
+            kr.set_password(KEYRING_SERVICE, key_id, key.hex())
+            if kr.get_password(KEYRING_SERVICE, key_id) == key.hex():
+                return
         except Exception:
             pass  # e.g. Linux without a Secret Service: the key file below
-    write_key_file(key_file(s), key)
-    return key
+    write_key_file(key_file(s, key_id), key)
+
+
+def _stored_key_id(c: sqlite3.Connection) -> str | None:
+    row = c.execute("SELECT digest FROM forgotten WHERE kind = 'keyid'").fetchone()
+    return row[0] if row else None
+
+
+def _key_by_id(s: Settings, c: sqlite3.Connection) -> tuple[str | None, bytes | None]:
+    """(the key id kept in brb.db, the key found under it). A home keyed by its path (before the
+    id) has its key filed again under a new id on first use, so a moved or restored home finds it;
+    the path-named copy stays until :func:`shred_key`."""
+    key_id = _stored_key_id(c)
+    if key_id is not None:
+        return key_id, _read_key(s, key_id)
+    key = _read_key(s, None)
+    if key is None:
+        return None, None
+    key_id = uuid.uuid4().hex
+    _store_key(s, key_id, key)  # first the key under its id, then the id in brb.db
+    c.execute("INSERT OR IGNORE INTO forgotten VALUES ('keyid', ?)", (key_id,))
+    return key_id, key
 
 
 def shred_key(s: Settings) -> bool:
-    """Remove this home's forget key (file and keychain entry). Returns whether one existed."""
-    found = shred_file(key_file(s))
-    kr = os_keychain()
-    if kr is not None:
+    """Remove this home's forget key (file and keychain entry, under its id and under the home's
+    path). Call it while brb.db is still there (it names the key). Returns whether one existed."""
+    names: list[str | None] = [None]
+    if s.brb_db.exists():
         try:
-            if kr.get_password(KEYRING_SERVICE, home_path_id(s.home)) is not None:
-                kr.delete_password(KEYRING_SERVICE, home_path_id(s.home))
-                found = True
-        except Exception:
+            with metadata.connect(s.brb_db) as c:
+                c.execute(FORGOTTEN_DDL)
+                names.append(_stored_key_id(c))
+        except Exception:  # an unreadable brb.db: the path-named key is still shredded
             pass
+    found = False
+    kr = os_keychain()
+    for key_id in dict.fromkeys(names):
+        found = shred_file(key_file(s, key_id)) or found
+        if kr is not None:
+            try:
+                name = key_id or home_path_id(s.home)
+                if kr.get_password(KEYRING_SERVICE, name) is not None:
+                    kr.delete_password(KEYRING_SERVICE, name)
+                    found = True
+            except Exception:
+                pass
     return found
 
 
@@ -103,17 +136,20 @@ def _digest(salt: bytes, value: str) -> str:
 
 
 def _forget_key(s: Settings, c, *, create: bool) -> bytes | None:
-    """The home's key, checked against the digest of a fixed string kept in brb.db: a key that
-    changed (keychain locked, key file lost) must fail loudly, not let forgotten people back in."""
-    key = _read_key(s)
+    """The home's key, found by the id kept in brb.db and checked against the digest of a fixed
+    string kept there too: a key that changed (keychain locked, key file lost) must fail loudly,
+    not let forgotten people back in."""
+    key_id, key = _key_by_id(s, c)
     check = c.execute("SELECT digest FROM forgotten WHERE kind = 'keycheck'").fetchone()
     if key is None:
         if check is not None:
-            raise ForgetKeyError(f"the forget key of {s.home} is missing (looked in the OS keychain and {key_file(s)}):"
-                                 " restore it, or run `brb delete-all`")
+            raise ForgetKeyError(f"the forget key of {s.home} is missing (looked in the OS keychain and "
+                                 f"{key_file(s, key_id)}): restore it, or run `brb delete-all`")
         if not create:
             return None
-        key = _create_key(s)
+        key, key_id = os.urandom(32), key_id or uuid.uuid4().hex
+        _store_key(s, key_id, key)
+        c.execute("INSERT OR IGNORE INTO forgotten VALUES ('keyid', ?)", (key_id,))
     if check is None:
         c.execute("INSERT OR IGNORE INTO forgotten VALUES ('keycheck', ?)", (_hmac(key, _KEYCHECK),))
     elif check[0] != _hmac(key, _KEYCHECK):
@@ -193,7 +229,7 @@ def forgotten_rules(s: Settings) -> ForgottenRules | None:
         return None
     with metadata.connect(s.brb_db) as c:
         c.execute(FORGOTTEN_DDL)
-        rows = c.execute("SELECT kind, digest FROM forgotten WHERE kind != 'keycheck'").fetchall()
+        rows = c.execute("SELECT kind, digest FROM forgotten WHERE kind NOT IN ('keycheck', 'keyid')").fetchall()
         if not rows:
             return None
         key = _forget_key(s, c, create=False)
@@ -228,8 +264,8 @@ def retire_legacy_salt(s: Settings) -> None:
         return
     with metadata.connect(s.brb_db) as c:
         c.execute(FORGOTTEN_DDL)
-        left = c.execute(f"SELECT count(*) FROM forgotten WHERE kind != 'keycheck' AND digest NOT LIKE '{_HMAC}%'"
-                         ).fetchone()[0]
+        left = c.execute("SELECT count(*) FROM forgotten WHERE kind NOT IN ('keycheck', 'keyid')"
+                         f" AND digest NOT LIKE '{_HMAC}%'").fetchone()[0]
     if not left:
         p.unlink()
 

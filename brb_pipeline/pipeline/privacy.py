@@ -161,7 +161,8 @@ def delete_all(s: Settings) -> list[str]:
     Returns:
         The paths removed (the key files or keychain entries as ``data key`` and ``forget key``).
     """
-    removed = ["data key"] if keys.shred(s) else []  # first: it is named in encryption.json
+    removed = ["forget key"] if shred_key(s) else []  # first: its id is in brb.db, read with the data key
+    removed += ["data key"] if keys.shred(s) else []  # then: it is named in encryption.json
     if s.home.exists():
         for p in sorted(s.home.iterdir()):
             if p.is_dir() and not p.is_symlink():
@@ -169,8 +170,6 @@ def delete_all(s: Settings) -> list[str]:
             else:
                 p.unlink()
             removed.append(str(p))
-    if shred_key(s):
-        removed.append("forget key")
     return removed
 
 

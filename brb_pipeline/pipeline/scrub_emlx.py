@@ -6,7 +6,8 @@ person wrote or was written to is rewritten: a header field naming one of their 
 it (an address list keeps the others; any other field naming it is dropped), and the body becomes
 the text brb reads from it (quoted reply and signature already cut, so a reply quoting their
 mail does not keep their words), as one UTF-8 ``text/plain`` part. Reading the rewritten file
-gives the same text, so the ingestion of what stays is unchanged.
+gives the same text, so the ingestion of what stays is unchanged; a reply that is nothing but a
+quote (read whole, see ``mail_body.cut_text``) is emptied, as the quote may be theirs.
 """
 
 from __future__ import annotations
@@ -77,7 +78,9 @@ def scrubbed_emlx(data: bytes, is_gone: IsGone, needles: set[bytes]) -> bytes | 
         return None
     head, nl = _head(raw)
     fields = [f for f in (_scrub_field(f, is_gone, needles, nl) for f in _fields(head)) if f is not None]
-    message = b"".join(fields) + nl.join((*_TEXT_PLAIN, b"", b"")) + (body.text or "").encode("utf-8")
+    # a reply that is all quote is read whole (nothing is cut from it): the quote may be theirs
+    text = "" if body.quote_kept else (body.text or "")
+    message = b"".join(fields) + nl.join((*_TEXT_PLAIN, b"", b"")) + text.encode("utf-8")
     trailer = data[len(data.partition(b"\n")[0]) + 1 + len(raw):]
     return f"{len(message)}\n".encode() + message + trailer
 

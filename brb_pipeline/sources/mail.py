@@ -163,7 +163,7 @@ class MailStream(BlockReader):
         self.stats = dict.fromkeys(
             ("messages_read", "drafts_skipped", "deleted_skipped", "duplicate_copies", "list_excluded",
              "bad_timestamp", "empty_skipped", "body_missing", "body_undecodable", "charset_replaced",
-             "html_bodies", "quotes_cut", "signatures_cut", "attachments", "chats", "groups", "owner_addresses"),
+             "html_bodies", "quotes_cut", "quotes_kept", "signatures_cut", "attachments", "chats", "groups", "owner_addresses"),
             0,
         )
         self.chats = pl.DataFrame(schema=CHAT_SCHEMA)
@@ -269,14 +269,17 @@ class MailStream(BlockReader):
         if self.exclude_lists and body.automated:
             st["list_excluded"] += 1
             return None
+        if body.broken:  # a truncated or garbage body file: no message to read, counted
+            st["body_undecodable"] += 1
+            return None
         original = not (prefix or "").strip()
         subject_text = (subject or "").strip() if original else ""
         text = "\n\n".join(t for t in (subject_text, body.text) if t) or None
-        if text is None and not n_att and not body.broken:
+        if text is None and not n_att:
             st["empty_skipped"] += 1
             return None
-        for key, hit in (("body_undecodable", body.broken), ("charset_replaced", body.replaced),
-                         ("html_bodies", body.html), ("quotes_cut", body.quote_cut),
+        for key, hit in (("charset_replaced", body.replaced), ("html_bodies", body.html),
+                         ("quotes_cut", body.quote_cut), ("quotes_kept", body.quote_kept),
                          ("signatures_cut", body.signature_cut)):
             st[key] += bool(hit)
         st["attachments"] += int(n_att or 0)
@@ -284,7 +287,7 @@ class MailStream(BlockReader):
         mine = mailbox in self.sent or sender in self.owner
         self.threads_read.add(f"{CHANNEL}:{thread}")
         return (CHANNEL, f"{CHANNEL}:{gid}", rowid, f"{CHANNEL}:{thread}", None if mine else sender, mine, ts,
-                text, "text" if text else "none", body.broken, False, int(n_att or 0), [])
+                text, "text" if text else "none", False, False, int(n_att or 0), [])
 
     def _body(self, rowid: int) -> Body:
         path = self.bodies.get(rowid)
@@ -301,7 +304,7 @@ class MailStream(BlockReader):
         st["chats"], st["groups"] = chats.height, int((chats.get_column("kind") == "group").sum())
         warnings = stat_warnings(st, {
             "bad_timestamp": "Mail - {n} messages without a usable date were skipped",
-            "body_undecodable": "Mail - {n} message bodies were truncated or undecodable (kept without body)",
+            "body_undecodable": "Mail - {n} messages were skipped: their body file is truncated or unreadable",
             "body_missing": "Mail - {n} messages have no downloaded body (.emlx)",
             "charset_replaced": "Mail - {n} bodies had bytes invalid in their charset (replaced)",
         })

@@ -4,8 +4,10 @@ An ``.emlx`` file is a first line with the byte length of the RFC 822 message, t
 itself, then Apple's XML property list (flags). The message is parsed with the stdlib ``email``
 package; the text is the first ``text/plain`` part that is not an attachment, else the first
 ``text/html`` part turned into text (scripts, styles and ``<blockquote>`` quotes dropped). Then
-the quoted reply ("On ... wrote:" and what follows, ``>`` lines) and the signature (from a
-``-- `` line) are cut, so a thread's messages do not repeat each other's text.
+the quoted reply (from an attribution line such as "On ... wrote:" in one of the supported
+languages, a separator or Outlook's header block; ``>`` lines) and the signature (from a ``-- ``
+line) are cut, so a thread's messages do not repeat each other's text; a cut that would leave
+nothing keeps the text.
 
 Nothing here logs or returns text other than the decoded body itself.
 """
@@ -28,19 +30,42 @@ _BULK_PRECEDENCE = {"bulk", "list", "junk"}
 _NOREPLY = re.compile(r"^(no[-_.]?reply|do[-_.]?not[-_.]?reply|mailer-daemon|postmaster|bounces?|notifications?)"
                       r"([+-].*)?@", re.IGNORECASE)
 
-# "On <date>, <name> wrote:" may wrap over two lines; the forms of a few mail clients' locales.
-_ATTRIBUTION = re.compile(
-    r"^(On\b.{0,300}?\bwrote:[ \t]*$"
-    r"|Am\b.{0,300}?\bschrieb.{0,80}?:[ \t]*$"
-    r"|Le\b.{0,300}?\ba écrit\s?:[ \t]*$"
-    r"|El\b.{0,300}?\bescribió:[ \t]*$"
-    r"|.{0,300}?tarihinde.{0,300}?şunu yazdı:[ \t]*$"
-    r"|-{2,}\s*Original Message\s*-{2,}"
-    r"|_{5,}[ \t]*\n[ \t]*From:)",
-    re.IGNORECASE | re.MULTILINE | re.DOTALL,
+# What mail clients put above a quoted reply, per language: each pattern is matched against one
+# whole line, or two lines joined when the client wrapped a long attribution; a candidate must
+# hold a digit (a date) or be followed by a ">" quote, so "On Monday he wrote:" in prose stays.
+_ATTRIBUTIONS = (
+    r"On\b.{3,250}\bwrote\s?:",  # English: Apple Mail, Gmail, Thunderbird
+    r"Am\b.{3,250}\bschrieb\b.{0,150}:",  # German: "Am 05.03.2024 um 10:00 schrieb Ana <a@b>:"
+    r"Le\b.{3,250}\ba\s+écrit\s?:",  # French (Gmail puts a no-break space before the colon)
+    r"El\b.{3,250}\bescribió\s?:",  # Spanish
+    r"Il\b.{3,250}\bha\s+scritto\s?:",  # Italian: "Il giorno mar 5 mar 2024 alle ore 10:00 ... ha scritto:"
+    r"(Em|No dia|Às)\b.{3,250}\bescreveu\s?:",  # Portuguese
+    r"Op\b.{3,250}\b(?:schreef\b.{0,150}|het\s+volgende\s+geschreven\s?):",  # Dutch (Gmail, Apple Mail)
+    r".{3,250}\btarihinde\b.{0,250}\bşu(?:nu|nları)\s+yazdı\s?:",  # Turkish: Gmail puts the name first, Apple the date
+    r"\d{4}年\d{1,2}月\d{1,2}日.{0,200}<[^<>\s]+@[^<>\s]+>\s?[:：]",  # Japanese Gmail
+    r"\d{4}/\d{1,2}/\d{1,2}.{0,200}の?メール\s?[:：]",  # Japanese Apple Mail: "2024/03/05 10:00、Ana <a@b>のメール:"
 )
+_ATTRIBUTION = re.compile(r"^[ \t]*(?:" + "|".join(_ATTRIBUTIONS) + r")[ \t]*$", re.IGNORECASE)
+# A separator line some clients put above a forwarded or quoted message (no date needed).
+_SEPARATOR = re.compile(
+    r"^[ \t]*-{2,}\s*(Original Message|Ursprüngliche Nachricht|Message d'origine|Mensaje original|"
+    r"Messaggio originale|Mensagem original|Oorspronkelijk bericht|Orijinal İleti|元のメッセージ)\s*-{2,}[ \t]*$",
+    re.IGNORECASE)
+# Outlook's header block: a "From:" line, a "Sent:"/"Date:" line within the next two and a
+# "To:"/"Subject:" line within the next four.
+_HEADER_FROM = re.compile(r"^[ \t]*\*?(From|De|Von|Van|Da|Kimden|差出人)\*?[ \t]*[:：].+", re.IGNORECASE)
+_HEADER_SENT = re.compile(r"^[ \t]*\*?(Sent|Date|Envoyé|Gesendet|Datum|Enviado|Fecha|Inviato|Data|Verzonden|"
+                          r"Gönderildi|Gönderilme|Tarih|送信日時|日付)\*?[ \t]*[:：]", re.IGNORECASE)
+_HEADER_TO = re.compile(r"^[ \t]*\*?(To|Subject|À|Objet|An|Betreff|Para|Asunto|A|Oggetto|Assunto|Aan|Onderwerp|Kime|"
+                        r"Konu|宛先|件名)\*?[ \t]*[:：]", re.IGNORECASE)
+_RULE = re.compile(r"^[ \t]*_{5,}[ \t]*$")
 _SIGNATURE = re.compile(r"^-- ?$", re.MULTILINE)
-_MOBILE_FOOTER = re.compile(r"^Sent from my (iPhone|iPad|Android|mobile device)\s*$", re.IGNORECASE | re.MULTILINE)
+# "Sent from my iPhone" as iOS writes it in the languages above.
+_MOBILE_FOOTER = re.compile(
+    r"^(Sent from my (iPhone|iPad|Android|mobile device)|Envoyé de mon (iPhone|iPad)|Von meinem (iPhone|iPad) gesendet"
+    r"|Enviado desde mi (iPhone|iPad)|Inviato da (iPhone|iPad)|Enviado do meu (iPhone|iPad)"
+    r"|Verstuurd vanaf mijn (iPhone|iPad)|(iPhone|iPad)'umdan gönderildi|(iPhone|iPad)から送信)\s*$",
+    re.IGNORECASE | re.MULTILINE)
 _BLANK_RUN = re.compile(r"\n{3,}")
 
 
@@ -55,6 +80,7 @@ class Body:
         replaced: some bytes did not decode in the declared charset and were replaced.
         html: the text came from an HTML part.
         quote_cut, signature_cut: a quoted reply / a signature was removed.
+        quote_kept: cutting the quote would have left nothing, so the text was kept whole.
     """
 
     text: str | None = None
@@ -64,6 +90,7 @@ class Body:
     html: bool = False
     quote_cut: bool = False
     signature_cut: bool = False
+    quote_kept: bool = False
 
 
 def is_noreply(address: str | None) -> bool:
@@ -122,7 +149,7 @@ def decode_message(raw: bytes) -> Body:
     text, body.replaced = _decode(payload, part.get_content_charset())
     if is_html:
         text, body.html = html_to_text(text), True
-    body.text, body.quote_cut, body.signature_cut = cut_text(text)
+    body.text, body.quote_cut, body.signature_cut, body.quote_kept = _cut(text)
     return body
 
 
@@ -210,24 +237,79 @@ def html_to_text(markup: str) -> str:
     return "\n".join(lines)
 
 
+def quote_start(lines: list[str]) -> tuple[int, int] | None:
+    """Where a quoted reply starts: (its first line, the line after its attribution), or None.
+
+    The first line is an attribution (one line or two when wrapped), a separator, or Outlook's
+    header block (with the rule line just above it); only after an attribution is the second
+    index past it (a separator or header block runs into the quoted message itself).
+    """
+    for i, line in enumerate(lines):
+        nxt = lines[i + 1] if i + 1 < len(lines) else ""
+        if _SEPARATOR.match(line):
+            return i, i
+        if (_HEADER_FROM.match(line) and any(_HEADER_SENT.match(x) for x in lines[i + 1:i + 3])
+                and any(_HEADER_TO.match(x) for x in lines[i + 2:i + 5])):
+            return (i - 1 if i and _RULE.match(lines[i - 1]) else i), i
+        if line.lstrip().startswith(">"):
+            continue
+        if _ATTRIBUTION.match(line) and _dated_or_quoting(lines, i, i + 1):
+            return i, i + 1
+        if (nxt and not nxt.lstrip().startswith(">") and _ATTRIBUTION.match(line.rstrip() + " " + nxt.lstrip())
+                and _dated_or_quoting(lines, i, i + 2)):
+            return i, i + 2
+    return None
+
+
+def _dated_or_quoting(lines: list[str], start: int, stop: int) -> bool:
+    """An attribution candidate (``lines[start:stop]``) holds a digit (a date), or the next
+    non-blank line is a ``>`` quote ("Ana wrote:" with no date, then the quote)."""
+    if re.search(r"\d", " ".join(lines[start:stop])):
+        return True
+    after = next((x for x in lines[stop:] if x.strip()), "")
+    return after.lstrip().startswith(">")
+
+
 def cut_text(text: str) -> tuple[str | None, bool, bool]:
     """Cut the quoted reply and the signature off a plain-text body.
+
+    The quote starts at a whole line (see :func:`quote_start`); ``>`` lines go too. A cut never
+    removes a whole message: when cutting the quote would leave nothing (a reply that is all
+    quote, or a line taken for an attribution by mistake), the text is kept whole
+    (``Body.quote_kept`` says so).
 
     Returns:
         (text or None when nothing is left, a quote was cut, a signature was cut).
     """
+    text, quote, sig, _kept = _cut(text)
+    return text, quote, sig
+
+
+def _cut(text: str) -> tuple[str | None, bool, bool, bool]:
+    """(text, quote cut, signature cut, quote kept): see :func:`cut_text`."""
     text = text.replace("\r\n", "\n").replace("\r", "\n")
-    quote = False
-    m = _ATTRIBUTION.search(text)
-    if m:
-        text, quote = text[: m.start()], True
-    kept = [line for line in text.split("\n") if not line.lstrip().startswith(">")]
-    quote = quote or len(kept) < text.count("\n") + 1
-    text = "\n".join(kept)
+    lines = text.split("\n")
+    found = quote_start(lines)
+    start, after = found if found else (len(lines), len(lines))
+    quoted = [line.lstrip().startswith(">") for line in lines]
+    out, sig = _unsigned("\n".join(x for x, q in zip(lines[:start], quoted) if not q))
+    if out or not (found or any(quoted)):
+        return out, bool(found) or any(quoted[:start]), sig, False
+    if after > start and after < len(lines) and quoted[after]:
+        # the attribution on top of a quote answered below it (bottom posting): the answer is the text
+        out, sig = _unsigned("\n".join(x for x, q in zip(lines[after:], quoted[after:]) if not q))
+        if out:
+            return out, True, sig, False
+    whole, sig = _unsigned(text)  # the cut would leave nothing: keep the message whole
+    return whole, False, sig, bool(whole)
+
+
+def _unsigned(text: str) -> tuple[str | None, bool]:
+    """The text without its signature and mobile footer, blank runs folded; None when empty."""
     sig = False
     for pattern in (_SIGNATURE, _MOBILE_FOOTER):
         m = pattern.search(text)
         if m:
             text, sig = text[: m.start()], True
     text = _BLANK_RUN.sub("\n\n", "\n".join(line.rstrip() for line in text.split("\n"))).strip()
-    return (text or None), quote, sig
+    return (text or None), sig
