@@ -152,8 +152,20 @@ def summarize(rows: Sequence[tuple[int | None, bool]], boot: int) -> dict[str, A
     return out
 
 
-def evaluate(half: str, work: Path, reuse: bool, variants: dict[str, dict[str, Any]], boot: int
-             ) -> tuple[dict[str, Any], dict[str, list]]:
+def tuning_variants() -> dict[str, dict[str, Any]]:
+    """Hybrid with the lexical weight ramped by coverage (``Fusion.covered_lexical_weight``), for ``--tune``."""
+    from brb_pipeline.core.search.fusion import Fusion
+
+    out = {}
+    for w in (0.3, 0.5, 0.7, 0.9):
+        for c0, c1 in ((0.3, 0.6), (0.4, 0.7), (0.5, 0.8), (0.6, 0.9), (0.5, 0.5), (0.7, 0.7)):
+            out[f"hybrid cov w={w} {c0}-{c1}"] = {"mode": "hybrid", "fusion": Fusion(
+                covered_lexical_weight=w, coverage_from=c0, coverage_full=c1)}
+    return out
+
+
+def evaluate(half: str, work: Path, reuse: bool, variants: dict[str, dict[str, Any]], boot: int,
+             peers: bool = True) -> tuple[dict[str, Any], dict[str, list]]:
     """Every system over both conversations' questions of ``half``."""
     from brb_pipeline.pipeline.query import Searcher
 
@@ -163,7 +175,7 @@ def evaluate(half: str, work: Path, reuse: bool, variants: dict[str, dict[str, A
         qs = [q for q in lc.questions(stem, lc.load(stem)) if q.half == half]
         with Searcher.open(Settings.load(ingest(stem, work, reuse))) as searcher:
             w = Windows(searcher.con)
-            systems = {**brb_systems(searcher, variants), **Peers(w).systems()}
+            systems = {**brb_systems(searcher, variants), **(Peers(w).systems() if peers else {})}
             for name, fn in systems.items():
                 t0 = time.perf_counter()
                 for q in qs:
@@ -200,9 +212,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--boot", type=int, default=1000)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--misses", action="store_true", help="Print the questions the default misses in the top 5.")
+    ap.add_argument("--tune", action="store_true", help="Fusion variants of brb only (no peers); dev only.")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    report, found = evaluate(args.half, args.work, args.reuse, {}, args.boot)
+    if args.tune and args.half != "dev":
+        ap.error("--tune runs on the dev half only")
+    report, found = evaluate(args.half, args.work, args.reuse, tuning_variants() if args.tune else {}, args.boot,
+                             peers=not args.tune)
     print(f"long chats, {args.half} half: recall@5 per category (MRR@10)\n" + table(report))
     if args.misses:
         for q, r, _ in found["brb hybrid (default)"]:
@@ -210,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 print(f"  miss [{q.category}] rank={r} {q.text}")
     out = {"half": args.half, "k": K, "depth": DEPTH, "split": "sha256(stem NUL question)[0] odd -> test",
            "machine": f"{platform.machine()} {os.cpu_count()} CPUs", "systems": report}
-    path = args.out or ROOT / "benchmarks" / "results" / f"long_chats_{args.half}.json"
+    path = args.out or ROOT / "benchmarks" / "results" / f"long_chats_{args.half}{'_tune' if args.tune else ''}.json"
     path.write_text(json.dumps(out, indent=1))
     return out
 

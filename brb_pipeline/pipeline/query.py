@@ -24,6 +24,7 @@ from brb_pipeline.core import metadata
 from brb_pipeline.core.store import duck
 from brb_pipeline.core.contacts.lookup import find_contacts
 from brb_pipeline.core.errors import StoreError
+from brb_pipeline.core.search.dates import when
 from brb_pipeline.core.search.fusion import Fusion
 from brb_pipeline.core.contacts.routing import ContactRef, Router
 from brb_pipeline.core.search.hybrid import neighbours, search
@@ -162,6 +163,7 @@ class Searcher:
         diversity: float | None = None,
         log: bool = True,
         started: float | None = None,
+        dates: bool = True,
     ) -> dict[str, Any]:
         """One search, as a JSON-able dict (see the README for the fields).
 
@@ -175,6 +177,9 @@ class Searcher:
             log: append the search to the local search log.
             started: ``time.perf_counter()`` when the caller's clock started (``latency_ms``
                 counts from it; default: now).
+            dates: read a date said in words ("last summer", "in May 2023", "two weeks ago") into
+                ``since``/``until`` (:mod:`brb_pipeline.core.search.dates`), shown in
+                ``routing["dates"]``; an explicit ``since`` or ``until`` wins and the words are not read.
         """
         t0 = time.perf_counter() if started is None else started
         s = self.settings
@@ -186,10 +191,17 @@ class Searcher:
             if routed.contact_ids and routed.query.strip():
                 text, contact_ids = routed.query, list(routed.contact_ids)
                 routing = {"matched": list(routed.matched), "contact_ids": contact_ids, "query": text}
+        said = when(query) if dates and since is None and until is None else None
+        if said is not None:
+            routing["dates"] = said.as_json()  # an unresolved phrase is said here and searched as text
+            since, until = (said.since, said.until) if said.resolved else (since, until)
         t_embed = time.perf_counter()
         vec = self._query_vector(text, mode)
         embed_ms = (time.perf_counter() - t_embed) * 1000
+        # A routed name is cut from what is embedded, but BM25 still ranks on the whole question:
+        # in a group chat the filter no longer says who said what, and "Caroline" in a line still counts.
         res = search(self.con, query_text=text, query_vec=vec, mode=mode, k=k, fusion=fusion or fusion_of(s),
+                     lexical_text=query if text != query else None,
                      contact_ids=contact_ids or None, channel=channel, since=since, until=until,
                      ef_search=s.hnsw_ef_search, merge=merge, diversity=diversity,
                      min_similarity=s.search_min_similarity or None, region=s.default_region, topics=True,
