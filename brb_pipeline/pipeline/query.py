@@ -29,6 +29,7 @@ from brb_pipeline.core.search.fusion import Fusion
 from brb_pipeline.core.contacts.routing import ContactRef, Router
 from brb_pipeline.core.search.hybrid import neighbours, search
 from brb_pipeline.core.search.log import log_search
+from brb_pipeline.core.search.sql import filters
 from brb_pipeline.core.search.profiles import is_commitment_question, read_profile
 from brb_pipeline.core.store.index import fts_present
 from brb_pipeline.settings import Settings
@@ -194,7 +195,10 @@ class Searcher:
         said = when(query) if dates and since is None and until is None else None
         if said is not None:
             routing["dates"] = said.as_json()  # an unresolved phrase is said here and searched as text
-            since, until = (said.since, said.until) if said.resolved else (since, until)
+            if said.resolved and self._any_chunk(said.since, said.until, contact_ids or None):
+                since, until = said.since, said.until
+            elif said.resolved:  # a range with nothing in it would answer nothing: say so, search it all
+                routing["dates"]["applied"] = False
         t_embed = time.perf_counter()
         vec = self._query_vector(text, mode)
         embed_ms = (time.perf_counter() - t_embed) * 1000
@@ -221,6 +225,14 @@ class Searcher:
             "timings_ms": res.timings_ms, "confident": res.confident, "top_similarity": res.top_similarity,
             "specific": res.specific, "merged": res.merged, **({"profile": profile} if profile else {}),
             "hits": hits}
+
+    def _any_chunk(self, since: datetime | None, until: datetime | None, contact_ids: list[str] | None) -> bool:
+        """Whether any chunk (of these contacts) overlaps ``[since, until)``."""
+        if self.resident is not None:
+            keep = self.resident.mask(contact_ids, None, since, until)
+            return keep is None or bool(keep.any())
+        where, params = filters(contact_ids, None, since, until)
+        return bool(self.con.execute(f"SELECT EXISTS (SELECT 1 FROM chunks WHERE {where})", params).fetchone()[0])
 
     def _commitments(self, contact_id: str) -> dict[str, Any] | None:
         """The answer to "what did I promise NAME" from NAME's profile (None without one)."""

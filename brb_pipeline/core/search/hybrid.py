@@ -174,8 +174,7 @@ def search(
         resident: the store's chunks held in memory (:class:`.resident.Resident`, loaded from
             ``con``'s store): both lists, the filters and the rows come from it, with the same
             answers as the SQL path; the topics still come from ``con``.
-        lexical_text: what BM25 ranks on, when not ``query_text`` (the whole question, with a
-            routed name still in it: the name stays a ranking signal).
+        lexical_text: what BM25 ranks on, if not ``query_text`` (a routed name kept in it).
 
     Raises:
         StoreError: no store, a missing or damaged index (the message names the rebuild
@@ -185,11 +184,9 @@ def search(
         raise ValueError(f"unknown search mode {mode!r}; expected one of {MODES}")
     if diversity is not None and not 0 < diversity <= 1:
         raise ValueError(f"diversity must be in (0, 1], got {diversity}")
-    t_start = time.perf_counter()
-    fusion = fusion or Fusion()
-    q = _prepare(con, mode, query_text, query_vec, k, candidates, merge, ef_search,
-                 filters(contact_ids, channel, since, until), region, resident.state if resident else None,
-                 lexical_text)
+    t_start, fusion = time.perf_counter(), fusion or Fusion()
+    q = _prepare(con, mode, query_text, query_vec, k, candidates, merge, ef_search, filters(contact_ids, channel, since,
+                 until), region, resident.state if resident else None, lexical_text)
     result = SearchResult(query=query_text, mode=mode)
     if q.use_vec:
         result.vector_strategy = "memory" if resident is not None else q.vector_strategy
@@ -200,13 +197,8 @@ def search(
     if term_stats is not None:
         result.specific = is_specific(q.lexical_text, term_stats[0], term_stats[1], fusion.rare_df_share)
     tv, tl = topic_candidates(con, q, topic_filters(contact_ids, channel, since, until)) if topics else ([], [])
-    fused, result.timings_ms["fuse"] = _timed(_fuse, mode, joint(vec_rows, tv), joint(lex_rows, tl), fusion,
-                                              result.specific, result.lexical_coverage)
-    fused, fused_topics = split(fused)
-    result.phrases = quoted_phrases(q.lexical_text)
-    if result.phrases:
-        fused = phrase_first(fused, _Rows(con, resident).fetch([c for c, _ in fused], "chunk_id, content"),
-                             result.phrases)
+    (fused, fused_topics), result.timings_ms["fuse"] = _timed(_ranked, _Rows(con, resident), q, result, fusion,
+                                                              joint(vec_rows, tv), joint(lex_rows, tl))
     (result.hits, result.merged), result.timings_ms["fetch"] = _timed(
         _passages, _Rows(con, resident), q, fused, k, merge, diversity, vec_rows, lex_rows)
     result.hits = interleave(result.hits, topic_hits(con, fused_topics, tv, tl), k)
@@ -332,6 +324,16 @@ def _lexical_candidates(c: duckdb.DuckDBPyConnection, q: _Query
     rows.sort(key=lambda r: (-r[1], r[0]))
     coverage = max((float(r[2] or 0.0) for r in rows), default=0.0)
     return [(cid, float(s)) for cid, s, _ in rows], (stats[0], int(stats[1] or 0)), coverage
+
+
+def _ranked(rows_of: _Rows, q: _Query, result: SearchResult, fusion: Fusion, vec: list, lex: list
+            ) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
+    """The fused chunks and topics; chunks that hold every quoted phrase of the query first."""
+    fused, fused_topics = split(_fuse(q.mode, vec, lex, fusion, result.specific, result.lexical_coverage))
+    result.phrases = quoted_phrases(q.lexical_text)
+    if result.phrases:
+        fused = phrase_first(fused, rows_of.fetch([c for c, _ in fused], "chunk_id, content"), result.phrases)
+    return fused, fused_topics
 
 
 def _fuse(mode: str, vec_rows: list[tuple[str, float]], lex_rows: list[tuple[str, float]], fusion: Fusion,
