@@ -223,7 +223,8 @@ class Searcher:
             "until": until.isoformat() if until else None, "channel": channel},
             "model": self.stored_model, "vector_strategy": res.vector_strategy, "latency_ms": latency_ms,
             "timings_ms": res.timings_ms, "confident": res.confident, "top_similarity": res.top_similarity,
-            "specific": res.specific, "merged": res.merged, **({"profile": profile} if profile else {}),
+            "specific": res.specific, "lexical_coverage": res.lexical_coverage, "phrases": res.phrases,
+            "merged": res.merged, **({"profile": profile} if profile else {}),
             "hits": hits}
 
     def _any_chunk(self, since: datetime | None, until: datetime | None, contact_ids: list[str] | None) -> bool:
