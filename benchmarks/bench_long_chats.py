@@ -157,6 +157,12 @@ def tuning_variants() -> dict[str, dict[str, Any]]:
     from brb_pipeline.core.search.fusion import Fusion
 
     out = {}
+    if os.environ.get("BRB_TUNE_AGREEMENT"):  # second round: BM25's best must be near the vector top too
+        for depth in (3, 5, 10, 20):
+            for c0 in (0.3, 0.5):
+                out[f"hybrid cov w=0.5 {c0} agree@{depth}"] = {"mode": "hybrid", "fusion": Fusion(
+                    covered_lexical_weight=0.5, coverage_from=c0, coverage_full=c0, agreement_depth=depth)}
+        return out
     for w in (0.3, 0.5, 0.7, 0.9):
         for c0, c1 in ((0.3, 0.6), (0.4, 0.7), (0.5, 0.8), (0.6, 0.9), (0.5, 0.5), (0.7, 0.7)):
             out[f"hybrid cov w={w} {c0}-{c1}"] = {"mode": "hybrid", "fusion": Fusion(

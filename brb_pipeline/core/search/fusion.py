@@ -73,6 +73,7 @@ class Fusion:
     covered_lexical_weight: float | None = 0.5
     coverage_from: float = 0.5
     coverage_full: float = 0.5
+    agreement_depth: int | None = None  # the covered weight needs BM25's best in the vector top-n
 
     def __post_init__(self) -> None:
         if self.method not in FUSION_METHODS:
@@ -195,6 +196,9 @@ def fuse(vector: Sequence[tuple[str, float]], lexical: Sequence[tuple[str, float
          specific: bool = False, coverage: float | None = None) -> list[tuple[str, float]]:
     """Fuse ``(id, cosine similarity)`` and ``(id, BM25)`` lists, each best first (``coverage``:
     the lexical list's, see :meth:`Fusion.weight_for`)."""
+    if fusion.agreement_depth is not None and coverage is not None and lexical:
+        near = {d for d, _ in vector[:fusion.agreement_depth]}
+        coverage = coverage if lexical[0][0] in near else 0.0
     w = fusion.weight_for(specific, coverage)
     if fusion.method == "score":
         return score_fuse(vector, lexical, w)
