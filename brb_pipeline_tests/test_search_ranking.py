@@ -181,3 +181,16 @@ def test_searcher_reads_dates_and_explicit_bounds_win(con, tmp_path, monkeypatch
     assert out["routing"]["dates"]["resolved"] is False and calls[-1]["since"] is None
     out = s.search("pottery class", mode="lexical", log=False)
     assert "dates" not in out["routing"] and calls[-1]["query_text"] == "pottery class"
+
+
+def test_agreement_depth_keeps_the_low_weight_when_the_lists_disagree():
+    from brb_pipeline.core.search.fusion import fuse
+
+    vector = [("v1", 0.9), ("v2", 0.8), ("l1", 0.1)]
+    lexical = [("l1", 9.0), ("v2", 1.0)]
+    f = Fusion(covered_lexical_weight=0.9, coverage_from=0.5, coverage_full=0.5)
+    assert fuse(vector, lexical, f, coverage=1.0)[0][0] == "l1"  # covered: BM25 leads
+    near = Fusion(covered_lexical_weight=0.9, coverage_from=0.5, coverage_full=0.5, agreement_depth=2)
+    assert fuse(vector, lexical, near, coverage=1.0)[0][0] == "v1"  # l1 is not in the vector top 2
+    far = Fusion(covered_lexical_weight=0.9, coverage_from=0.5, coverage_full=0.5, agreement_depth=3)
+    assert fuse(vector, lexical, far, coverage=1.0)[0][0] == "l1"
