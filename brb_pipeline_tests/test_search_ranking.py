@@ -18,11 +18,11 @@ from brb_pipeline.core.store import chunks as store
 from brb_pipeline.core.store import duck, index
 from brb_pipeline_tests.test_store import make_chunks, make_vectors
 
-HOLDER = "Hey Mel, great to chat with you again! So much has happened since the conference."
+HOLDER = "Hey Sam, great to chat with you again! So much has happened since the fair."
 TEXTS = [
-    "so hey mel, again great chat with you, hey mel so great to you again",  # more of the words, no phrase
+    "so hey sam, again great chat with you, hey sam so great to you again",  # more of the words, no phrase
     "again and again, great news: a chat with you soon, great",
-    "Caroline said the pottery class was great fun",
+    "Priya said the pottery class was great fun",
     "we talked about the pottery class and glazes",
     HOLDER,
     "the weekend hike by the lake was cold",
@@ -89,17 +89,17 @@ def test_coverage_raises_the_lexical_weight_in_hybrid(con):
 @pytest.mark.parametrize("resident", [False, True])
 def test_a_quoted_phrase_ranks_first(con, mode, resident):
     mem = Resident.load(con) if resident else None
-    q = '"Hey Mel, great to chat with you again! So"'
+    q = '"Hey Sam, great to chat with you again! So"'
     plain = search(con, query_text=q.strip('"'), query_vec=_vec(), mode="lexical", k=5, resident=mem)
     assert HOLDER not in (plain.hits[0].content or "")  # unquoted, BM25 puts the word-stuffed chunk first
     res = search(con, query_text=q, query_vec=_vec() if mode != "lexical" else None, mode=mode, k=5, resident=mem)
-    assert res.phrases == ["Hey Mel, great to chat with you again! So"]
+    assert res.phrases == ["Hey Sam, great to chat with you again! So"]
     assert HOLDER in res.hits[0].content
 
 
 def test_every_quoted_phrase_applies_and_nothing_is_dropped():
     fused = [("a", 0.9), ("b", 0.8), ("c", 0.7)]
-    texts = {"a": ("a", "great chat"), "b": ("b", "Great to chat, Mel! The pottery class"), "c": ("c", "pottery class")}
+    texts = {"a": ("a", "great chat"), "b": ("b", "Great to chat, Sam! The pottery class"), "c": ("c", "pottery class")}
     assert quoted_phrases('“great to chat” and "pottery class"') == ["great to chat", "pottery class"]
     assert [d for d, _ in phrase_first(fused, texts, ["great to chat", "pottery class"])] == ["b", "a", "c"]
     assert [d for d, _ in phrase_first(fused, texts, ["pottery class"])] == ["b", "c", "a"]
@@ -108,12 +108,12 @@ def test_every_quoted_phrase_applies_and_nothing_is_dropped():
 
 
 def test_the_lexical_text_keeps_a_routed_name(con):
-    """Routing cuts "Caroline" from the embedded text; BM25 still ranks on it."""
+    """Routing cuts "Priya" from the embedded text; BM25 still ranks on it."""
     cut = search(con, query_text="what did say about the class", query_vec=None, mode="lexical", k=1)
-    kept = search(con, query_text="what did say about the class", lexical_text="what did Caroline say about the class",
+    kept = search(con, query_text="what did say about the class", lexical_text="what did Priya say about the class",
                   query_vec=None, mode="lexical", k=1)
-    assert "Caroline" not in cut.hits[0].content
-    assert "Caroline" in kept.hits[0].content
+    assert "Priya" not in cut.hits[0].content
+    assert "Priya" in kept.hits[0].content
 
 
 NOW = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)

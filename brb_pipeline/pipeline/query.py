@@ -203,7 +203,7 @@ class Searcher:
         vec = self._query_vector(text, mode)
         embed_ms = (time.perf_counter() - t_embed) * 1000
         # A routed name is cut from what is embedded, but BM25 still ranks on the whole question:
-        # in a group chat the filter no longer says who said what, and "Caroline" in a line still counts.
+        # in a group chat the filter no longer says who said what, and "Priya" in a line still counts.
         res = search(self.con, query_text=text, query_vec=vec, mode=mode, k=k, fusion=fusion or fusion_of(s),
                      lexical_text=query if text != query else None,
                      contact_ids=contact_ids or None, channel=channel, since=since, until=until,

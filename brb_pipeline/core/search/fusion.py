@@ -13,7 +13,7 @@ the questions where lexical search wins. The defaults were chosen on the dev hal
 
 Per query, the lexical weight also follows the BM25 list's *coverage*: the largest share of the
 query terms' idf mass that one candidate holds. A question written from what was said ("When did
-Caroline go to the LGBTQ support group?") has a candidate holding most of its rare words, and
+Priya go to the pottery fair in Leeds?") has a candidate holding most of its rare words, and
 BM25 ranks it well; a paraphrase shares at most a common word with its answer, and a low weight
 keeps BM25's weak matches out of the way. Above ``coverage_from`` (0.5) the weight is 0.5
 (chosen on the long-chats dev half, ``benchmarks/bench_long_chats.py --tune``).
@@ -132,7 +132,7 @@ def phrase_first(fused: Sequence[tuple[str, float]], texts: Mapping[str, tuple],
                  ) -> list[tuple[str, float]]:
     """``fused`` with the candidates whose text holds every phrase first, each group in its own
     order. A phrase matches as consecutive words, case and punctuation aside ("great to chat"
-    is in "Great to chat, Mel!"). ``texts``: chunk_id -> a row whose last value is the text.
+    is in "Great to chat, Sam!"). ``texts``: chunk_id -> a row whose last value is the text.
     Nothing is dropped: when no candidate holds them all, the order is unchanged."""
     wanted = [_words(p) for p in phrases]
     wanted = [w for w in wanted if w.strip()]
