@@ -147,6 +147,12 @@ def search_text(out: dict[str, Any]) -> str:
     r = out["routing"]
     if r["contact_ids"]:
         parts.append(f"(searching {', '.join(r['matched'])}'s conversations for: {r['query']})")
+    if r.get("dates"):  # a date said in words: the range searched, or that it was not understood
+        d = r["dates"]
+        span = f"\"{d['phrase']}\": {(d['since'] or '…')[:10]} .. {(d['until'] or '…')[:10]}"
+        parts.append(f"(\"{d['phrase']}\" is not a date brb can place; searched as words)" if not d["resolved"]
+                     else f"({span} holds no messages; searched every date)" if d.get("applied") is False
+                     else f"({span})")
     if out.get("profile"):
         parts += commitment_lines(out["profile"])
     for i, h in enumerate(out["hits"], 1):

@@ -24,10 +24,12 @@ from brb_pipeline.core import metadata
 from brb_pipeline.core.store import duck
 from brb_pipeline.core.contacts.lookup import find_contacts
 from brb_pipeline.core.errors import StoreError
+from brb_pipeline.core.search.dates import when
 from brb_pipeline.core.search.fusion import Fusion
 from brb_pipeline.core.contacts.routing import ContactRef, Router
 from brb_pipeline.core.search.hybrid import neighbours, search
 from brb_pipeline.core.search.log import log_search
+from brb_pipeline.core.search.sql import filters
 from brb_pipeline.core.search.profiles import is_commitment_question, read_profile
 from brb_pipeline.core.store.index import fts_present
 from brb_pipeline.settings import Settings
@@ -162,6 +164,7 @@ class Searcher:
         diversity: float | None = None,
         log: bool = True,
         started: float | None = None,
+        dates: bool = True,
     ) -> dict[str, Any]:
         """One search, as a JSON-able dict (see the README for the fields).
 
@@ -175,6 +178,9 @@ class Searcher:
             log: append the search to the local search log.
             started: ``time.perf_counter()`` when the caller's clock started (``latency_ms``
                 counts from it; default: now).
+            dates: read a date said in words ("last summer", "in May 2023", "two weeks ago") into
+                ``since``/``until`` (:mod:`brb_pipeline.core.search.dates`), shown in
+                ``routing["dates"]``; an explicit ``since`` or ``until`` wins and the words are not read.
         """
         t0 = time.perf_counter() if started is None else started
         s = self.settings
@@ -186,10 +192,20 @@ class Searcher:
             if routed.contact_ids and routed.query.strip():
                 text, contact_ids = routed.query, list(routed.contact_ids)
                 routing = {"matched": list(routed.matched), "contact_ids": contact_ids, "query": text}
+        said = when(query) if dates and since is None and until is None else None
+        if said is not None:
+            routing["dates"] = said.as_json()  # an unresolved phrase is said here and searched as text
+            if said.resolved and self._any_chunk(said.since, said.until, contact_ids or None):
+                since, until = said.since, said.until
+            elif said.resolved:  # a range with nothing in it would answer nothing: say so, search it all
+                routing["dates"]["applied"] = False
         t_embed = time.perf_counter()
         vec = self._query_vector(text, mode)
         embed_ms = (time.perf_counter() - t_embed) * 1000
+        # A routed name is cut from what is embedded, but BM25 still ranks on the whole question:
+        # in a group chat the filter no longer says who said what, and "Priya" in a line still counts.
         res = search(self.con, query_text=text, query_vec=vec, mode=mode, k=k, fusion=fusion or fusion_of(s),
+                     lexical_text=query if text != query else None,
                      contact_ids=contact_ids or None, channel=channel, since=since, until=until,
                      ef_search=s.hnsw_ef_search, merge=merge, diversity=diversity,
                      min_similarity=s.search_min_similarity or None, region=s.default_region, topics=True,
@@ -207,8 +223,17 @@ class Searcher:
             "until": until.isoformat() if until else None, "channel": channel},
             "model": self.stored_model, "vector_strategy": res.vector_strategy, "latency_ms": latency_ms,
             "timings_ms": res.timings_ms, "confident": res.confident, "top_similarity": res.top_similarity,
-            "specific": res.specific, "merged": res.merged, **({"profile": profile} if profile else {}),
+            "specific": res.specific, "lexical_coverage": res.lexical_coverage, "phrases": res.phrases,
+            "merged": res.merged, **({"profile": profile} if profile else {}),
             "hits": hits}
+
+    def _any_chunk(self, since: datetime | None, until: datetime | None, contact_ids: list[str] | None) -> bool:
+        """Whether any chunk (of these contacts) overlaps ``[since, until)``."""
+        if self.resident is not None:
+            keep = self.resident.mask(contact_ids, None, since, until)
+            return keep is None or bool(keep.any())
+        where, params = filters(contact_ids, None, since, until)
+        return bool(self.con.execute(f"SELECT EXISTS (SELECT 1 FROM chunks WHERE {where})", params).fetchone()[0])
 
     def _commitments(self, contact_id: str) -> dict[str, Any] | None:
         """The answer to "what did I promise NAME" from NAME's profile (None without one)."""

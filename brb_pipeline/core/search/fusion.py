@@ -11,6 +11,13 @@ that carries a *specific* term (a rare word of the archive, a 3+ digit number or
 the questions where lexical search wins. The defaults were chosen on the dev half of
 ``benchmarks/questions/`` (``benchmarks/bench_retrieval.py``; its table keeps every variant).
 
+Per query, the lexical weight also follows the BM25 list's *coverage*: the largest share of the
+query terms' idf mass that one candidate holds. A question written from what was said ("When did
+Priya go to the pottery fair in Leeds?") has a candidate holding most of its rare words, and
+BM25 ranks it well; a paraphrase shares at most a common word with its answer, and a low weight
+keeps BM25's weak matches out of the way. Above ``coverage_from`` (0.5) the weight is 0.5
+(chosen on the long-chats dev half, ``benchmarks/bench_long_chats.py --tune``).
+
 Merging. Windows overlap (window 8, stride 4: each message is in two chunks), so the two chunks
 around one remembered moment would take two of the k slots. Hits of one chat and conversation
 whose time spans intersect become one hit: the union span, the best score and rank, every chunk
@@ -21,7 +28,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -51,6 +59,10 @@ class Fusion:
             :func:`is_specific`); None keeps ``lexical_weight`` for every query.
         rare_df_share: a query term found in at most this share of the chunks is rare.
         rrf_k: the RRF constant.
+        covered_lexical_weight: weight used when one lexical candidate matches most of the
+            query (its *coverage*: the share of the query terms' idf mass it holds); None keeps
+            ``lexical_weight``. The weight ramps linearly from ``lexical_weight`` at coverage
+            ``coverage_from`` to this at ``coverage_full``.
     """
 
     method: str = "score"
@@ -58,6 +70,10 @@ class Fusion:
     specific_lexical_weight: float | None = 0.7
     rare_df_share: float = 0.0001
     rrf_k: int = 60
+    covered_lexical_weight: float | None = 0.5
+    coverage_from: float = 0.5
+    coverage_full: float = 0.5
+    agreement_depth: int | None = None  # the covered weight needs BM25's best in the vector top-n
 
     def __post_init__(self) -> None:
         if self.method not in FUSION_METHODS:
@@ -65,10 +81,16 @@ class Fusion:
         if self.lexical_weight < 0 or (self.specific_lexical_weight or 0) < 0:
             raise ValueError("fusion weights must be >= 0")
 
-    def weight_for(self, specific: bool) -> float:
+    def weight_for(self, specific: bool, coverage: float | None = None) -> float:
+        """The lexical list's weight for one query: the specific weight for a query naming
+        something rare, else ramped up by the lexical coverage (see the class doc)."""
         if specific and self.specific_lexical_weight is not None:
             return self.specific_lexical_weight
-        return self.lexical_weight
+        if self.covered_lexical_weight is None or coverage is None or coverage <= self.coverage_from:
+            return self.lexical_weight
+        span = self.coverage_full - self.coverage_from
+        ramp = 1.0 if span <= 0 else min(1.0, (coverage - self.coverage_from) / span)
+        return self.lexical_weight + ramp * (self.covered_lexical_weight - self.lexical_weight)
 
 
 def specific_terms(query: str) -> list[str]:
@@ -95,6 +117,29 @@ def is_specific(query: str, min_df: int | None, num_docs: int, rare_df_share: fl
     # Every message sits in two overlapping windows, so a name said once is in two chunks; up to
     # four chunks (two messages) is rare in any archive, however small.
     return min_df is not None and num_docs > 0 and min_df <= max(4.0, rare_df_share * num_docs)
+
+
+def quoted_phrases(query: str) -> list[str]:
+    """The quoted phrases of a query (straight, curly or guillemet quotes), each of 2+ characters."""
+    return [m.group(1).strip() for m in _QUOTED_RE.finditer(query) if _WORD_RE.search(m.group(1))]
+
+
+def _words(text: str) -> str:
+    return " " + " ".join(_WORD_RE.findall(unicodedata.normalize("NFKC", text).casefold())) + " "
+
+
+def phrase_first(fused: Sequence[tuple[str, float]], texts: Mapping[str, tuple], phrases: Sequence[str]
+                 ) -> list[tuple[str, float]]:
+    """``fused`` with the candidates whose text holds every phrase first, each group in its own
+    order. A phrase matches as consecutive words, case and punctuation aside ("great to chat"
+    is in "Great to chat, Sam!"). ``texts``: chunk_id -> a row whose last value is the text.
+    Nothing is dropped: when no candidate holds them all, the order is unchanged."""
+    wanted = [_words(p) for p in phrases]
+    wanted = [w for w in wanted if w.strip()]
+    if not wanted:
+        return list(fused)
+    hold = {cid for cid, row in texts.items() if all(w in _words(row[-1] or "") for w in wanted)}
+    return [x for x in fused if x[0] in hold] + [x for x in fused if x[0] not in hold]
 
 
 def rrf_fuse(lists: Sequence[Sequence[str]], k: int = 60, weights: Sequence[float] | None = None
@@ -148,9 +193,13 @@ def score_fuse(vector: Sequence[tuple[str, float]], lexical: Sequence[tuple[str,
 
 
 def fuse(vector: Sequence[tuple[str, float]], lexical: Sequence[tuple[str, float]], fusion: Fusion, *,
-         specific: bool = False) -> list[tuple[str, float]]:
-    """Fuse ``(id, cosine similarity)`` and ``(id, BM25)`` lists, each best first."""
-    w = fusion.weight_for(specific)
+         specific: bool = False, coverage: float | None = None) -> list[tuple[str, float]]:
+    """Fuse ``(id, cosine similarity)`` and ``(id, BM25)`` lists, each best first (``coverage``:
+    the lexical list's, see :meth:`Fusion.weight_for`)."""
+    if fusion.agreement_depth is not None and coverage is not None and lexical:
+        near = {d for d, _ in vector[:fusion.agreement_depth]}
+        coverage = coverage if lexical[0][0] in near else 0.0
+    w = fusion.weight_for(specific, coverage)
     if fusion.method == "score":
         return score_fuse(vector, lexical, w)
     return rrf_fuse([[d for d, _ in vector], [d for d, _ in lexical]], k=fusion.rrf_k, weights=[1.0, w])

@@ -22,7 +22,7 @@ import numpy as np
 
 from brb_pipeline.core.errors import StoreError
 from brb_pipeline.core.search.fusion import (Fusion, Span, fuse, is_specific, merge_lines, merge_overlapping, mmr_order,
-                                      specific_terms)
+                                      phrase_first, quoted_phrases, specific_terms)
 from brb_pipeline.core.search.sql import filters, lexical_sql, store_state, term_stats_sql, topic_filters, vector_sql
 from brb_pipeline.core.search.topics import TopicHit, interleave, joint, split, topic_candidates, topic_hits
 from brb_pipeline.core.store.index import REBUILD_HINT, fts_query_text
@@ -73,6 +73,8 @@ class SearchResult:
     lexical_candidates: int = 0
     merged: int = 0  # candidate chunks folded into an earlier hit of the same passage
     specific: bool = False  # the query has a rare, numeric or quoted term (lexical weighs more)
+    lexical_coverage: float | None = None  # best share of the query's idf mass one BM25 candidate holds
+    phrases: list[str] = field(default_factory=list)  # quoted phrases, matched exactly (ranked first)
     top_similarity: float | None = None  # best cosine similarity of any candidate
     confident: bool | None = None  # top_similarity >= the floor, or a specific term matched; None: not judged
     timings_ms: dict[str, float] = field(default_factory=dict)
@@ -101,6 +103,11 @@ class _Query:
     catalog: str
     region: str  # default region of phone numbers in the query (as the documents were indexed)
     indexed: bool  # an HNSW index serves the unfiltered vector query (not in an encrypted store)
+    lex_text: str | None = None  # what BM25 ranks on when not ``text`` (a routed name kept)
+
+    @property
+    def lexical_text(self) -> str:
+        return self.text if self.lex_text is None else self.lex_text
 
     @property
     def filtered(self) -> bool:
@@ -140,6 +147,7 @@ def search(
     region: str = "US",
     topics: bool = False,
     resident: Resident | None = None,
+    lexical_text: str | None = None,
 ) -> SearchResult:
     """Search the chunk store (and with ``topics`` the topic summaries, see :mod:`.topics`).
 
@@ -166,6 +174,7 @@ def search(
         resident: the store's chunks held in memory (:class:`.resident.Resident`, loaded from
             ``con``'s store): both lists, the filters and the rows come from it, with the same
             answers as the SQL path; the topics still come from ``con``.
+        lexical_text: what BM25 ranks on, if not ``query_text`` (a routed name kept in it).
 
     Raises:
         StoreError: no store, a missing or damaged index (the message names the rebuild
@@ -175,23 +184,21 @@ def search(
         raise ValueError(f"unknown search mode {mode!r}; expected one of {MODES}")
     if diversity is not None and not 0 < diversity <= 1:
         raise ValueError(f"diversity must be in (0, 1], got {diversity}")
-    t_start = time.perf_counter()
-    fusion = fusion or Fusion()
-    q = _prepare(con, mode, query_text, query_vec, k, candidates, merge, ef_search,
-                 filters(contact_ids, channel, since, until), region, resident.state if resident else None)
+    t_start, fusion = time.perf_counter(), fusion or Fusion()
+    q = _prepare(con, mode, query_text, query_vec, k, candidates, merge, ef_search, filters(contact_ids, channel, since,
+                 until), region, resident.state if resident else None, lexical_text)
     result = SearchResult(query=query_text, mode=mode)
     if q.use_vec:
         result.vector_strategy = "memory" if resident is not None else q.vector_strategy
-    vec_rows, lex_rows, term_stats = (
+    vec_rows, lex_rows, term_stats, result.lexical_coverage = (
         _resident_candidates(con, resident, q, resident.mask(contact_ids, channel, since, until), result.timings_ms)
         if resident is not None else _candidates(con, q, parallel, result.timings_ms))
     result.vector_candidates, result.lexical_candidates = len(vec_rows), len(lex_rows)
     if term_stats is not None:
-        result.specific = is_specific(query_text, term_stats[0], term_stats[1], fusion.rare_df_share)
+        result.specific = is_specific(q.lexical_text, term_stats[0], term_stats[1], fusion.rare_df_share)
     tv, tl = topic_candidates(con, q, topic_filters(contact_ids, channel, since, until)) if topics else ([], [])
-    fused, result.timings_ms["fuse"] = _timed(_fuse, mode, joint(vec_rows, tv), joint(lex_rows, tl), fusion,
-                                              result.specific)
-    fused, fused_topics = split(fused)
+    (fused, fused_topics), result.timings_ms["fuse"] = _timed(_ranked, _Rows(con, resident), q, result, fusion,
+                                                              joint(vec_rows, tv), joint(lex_rows, tl))
     (result.hits, result.merged), result.timings_ms["fetch"] = _timed(
         _passages, _Rows(con, resident), q, fused, k, merge, diversity, vec_rows, lex_rows)
     result.hits = interleave(result.hits, topic_hits(con, fused_topics, tv, tl), k)
@@ -212,7 +219,7 @@ def _judge(result: SearchResult, q: _Query, min_similarity: float | None, vec_ro
 
 def _prepare(con: duckdb.DuckDBPyConnection, mode: str, text: str, query_vec: np.ndarray | None, k: int,
              candidates: int, merge: bool, ef_search: int, where: tuple[str, list], region: str,
-             state: tuple | None) -> _Query:
+             state: tuple | None, lexical_text: str | None = None) -> _Query:
     """Check the store and the query vector; the candidate depth. ``where``: :func:`.sql.filters`;
     ``state``: the store's :func:`.sql.store_state` when known (read here when None)."""
     use_vec, use_lex = mode in _VECTOR_MODES, mode in _LEXICAL_MODES
@@ -234,15 +241,15 @@ def _prepare(con: duckdb.DuckDBPyConnection, mode: str, text: str, query_vec: np
     k = int(k)
     depth = max(int(candidates), 2 * k if merge else k)
     return _Query(mode, text, vec, dim, where[0], where[1], depth, max(int(ef_search), depth, 1), catalog, region,
-                  vector == "hnsw")
+                  vector == "hnsw", lexical_text)
 
 
 def _candidates(con: duckdb.DuckDBPyConnection, q: _Query, parallel: bool,
-                timings: dict[str, float]) -> tuple[list, list, tuple[int | None, int] | None]:
+                timings: dict[str, float]) -> tuple[list, list, tuple[int | None, int] | None, float | None]:
     """Both candidate lists (hybrid: BM25 on a second connection in a worker thread while the
     vector query runs here; DuckDB releases the GIL, so hybrid costs about the slower one)."""
     vec_rows: list[tuple[str, float]] = []
-    lex: tuple[list, tuple[int | None, int]] = ([], (None, 0))
+    lex: tuple[list, tuple[int | None, int], float] = ([], (None, 0), 0.0)
     use_vec, use_lex = q.use_vec, q.use_lex
     if use_vec and use_lex and parallel:
         cur = con.cursor()
@@ -259,25 +266,25 @@ def _candidates(con: duckdb.DuckDBPyConnection, q: _Query, parallel: bool,
             vec_rows, timings["vector"] = _timed(_vector_candidates, con, q)
         if use_lex:
             lex, timings["lexical"] = _timed(_lexical_candidates, con, q)
-    return vec_rows, lex[0], (lex[1] if use_lex else None)
+    return vec_rows, lex[0], (lex[1] if use_lex else None), (lex[2] if use_lex else None)
 
 
 def _resident_candidates(con: duckdb.DuckDBPyConnection, r: Resident, q: _Query, keep: np.ndarray | None,
-                         timings: dict[str, float]) -> tuple[list, list, tuple[int | None, int] | None]:
+                         timings: dict[str, float]) -> tuple[list, list, tuple[int | None, int] | None, float | None]:
     """:func:`_candidates` from a :class:`.resident.Resident` (the query tokenized by ``con``'s index)."""
     vec_rows: list[tuple[str, float]] = []
     lex_rows: list[tuple[str, float]] = []
-    stats = None
+    stats, coverage = None, None
     if q.use_vec:
         vec_rows, timings["vector"] = _timed(r.vector_top, q.vec, q.candidates, keep)
     if q.use_lex:
         t0 = time.perf_counter()
-        specific = specific_terms(q.text)
-        tokens = r.tokens(con, fts_query_text(q.text, q.region), *([" ".join(specific)] if specific else []))
-        lex_rows = r.lexical_top(tokens[0], q.candidates, keep)
+        specific = specific_terms(q.lexical_text)
+        tokens = r.tokens(con, fts_query_text(q.lexical_text, q.region), *([" ".join(specific)] if specific else []))
+        lex_rows, coverage = r.lexical_top_coverage(tokens[0], q.candidates, keep)
         stats = (r.min_df(tokens[1]), r.num_docs) if specific else (None, 0)
         timings["lexical"] = (time.perf_counter() - t0) * 1000
-    return vec_rows, lex_rows, stats
+    return vec_rows, lex_rows, stats, coverage
 
 
 def _timed(fn, *args):  # noqa: ANN001, ANN202 - a tiny local helper
@@ -302,26 +309,38 @@ def _vector_candidates(c: duckdb.DuckDBPyConnection, q: _Query) -> list[tuple[st
     return [(cid, 1.0 - float(d)) for cid, d in rows]
 
 
-def _lexical_candidates(c: duckdb.DuckDBPyConnection, q: _Query) -> tuple[list[tuple[str, float]], tuple[int | None, int]]:
-    """``(chunk_id, BM25)`` best first, and (smallest document frequency of the query's
+def _lexical_candidates(c: duckdb.DuckDBPyConnection, q: _Query
+                        ) -> tuple[list[tuple[str, float]], tuple[int | None, int], float]:
+    """``(chunk_id, BM25)`` best first; (smallest document frequency of the query's
     :func:`.fusion.specific_terms` in the index, number of indexed chunks) for
-    :func:`.fusion.is_specific`."""
-    text = fts_query_text(q.text, q.region)
-    terms = specific_terms(q.text)
+    :func:`.fusion.is_specific`; the best coverage of a candidate (:meth:`.fusion.Fusion.weight_for`)."""
+    text = fts_query_text(q.lexical_text, q.region)
+    terms = specific_terms(q.lexical_text)
     try:
-        rows = c.execute(lexical_sql(q.where), [text, *q.params, q.candidates]).fetchall()
+        rows = c.execute(lexical_sql(q.where, coverage=True), [text, *q.params, q.candidates]).fetchall()
         stats = c.execute(term_stats_sql(), [" ".join(terms)]).fetchone() if terms else (None, 0)
     except duckdb.Error as exc:
         raise StoreError(f"text index damaged ({type(exc).__name__}): {REBUILD_HINT}") from None
     rows.sort(key=lambda r: (-r[1], r[0]))
-    return [(cid, float(s)) for cid, s in rows], (stats[0], int(stats[1] or 0))
+    coverage = max((float(r[2] or 0.0) for r in rows), default=0.0)
+    return [(cid, float(s)) for cid, s, _ in rows], (stats[0], int(stats[1] or 0)), coverage
+
+
+def _ranked(rows_of: _Rows, q: _Query, result: SearchResult, fusion: Fusion, vec: list, lex: list
+            ) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
+    """The fused chunks and topics; chunks that hold every quoted phrase of the query first."""
+    fused, fused_topics = split(_fuse(q.mode, vec, lex, fusion, result.specific, result.lexical_coverage))
+    result.phrases = quoted_phrases(q.lexical_text)
+    if result.phrases:
+        fused = phrase_first(fused, rows_of.fetch([c for c, _ in fused], "chunk_id, content"), result.phrases)
+    return fused, fused_topics
 
 
 def _fuse(mode: str, vec_rows: list[tuple[str, float]], lex_rows: list[tuple[str, float]], fusion: Fusion,
-          specific: bool) -> list[tuple[str, float]]:
+          specific: bool, coverage: float | None = None) -> list[tuple[str, float]]:
     """``(chunk_id, score)`` best first: both lists fused in hybrid mode, else the one list."""
     if mode == "hybrid":
-        return fuse(vec_rows, lex_rows, fusion, specific=specific)
+        return fuse(vec_rows, lex_rows, fusion, specific=specific, coverage=coverage)
     return list(vec_rows if mode == "vector" else lex_rows)
 
 

@@ -203,9 +203,17 @@ class Resident:
 
     def lexical_top(self, terms: Sequence[str], n: int, keep: np.ndarray | None) -> list[tuple[str, float]]:
         """``(chunk_id, BM25)`` of the ``n`` best kept rows matching any term, best first."""
+        return self.lexical_top_coverage(terms, n, keep)[0]
+
+    def lexical_top_coverage(self, terms: Sequence[str], n: int, keep: np.ndarray | None
+                             ) -> tuple[list[tuple[str, float]], float]:
+        """:meth:`lexical_top`, and the largest share of the terms' idf mass that one of those
+        rows matches (``lexical_sql(coverage=True)``'s ``cov``; 0.0 when nothing matched)."""
         if not self.avgdl:
-            return []  # nothing indexed
+            return [], 0.0  # nothing indexed
         score = np.zeros(len(self.ids), dtype=np.float64)
+        cov = np.zeros(len(self.ids), dtype=np.float64)
+        total = 0.0
         norm = _K1 * ((1 - _B) + _B * (self.doc_len / self.avgdl))
         for term in dict.fromkeys(terms):
             if term not in self.dictionary:
@@ -215,10 +223,14 @@ class Resident:
             tf = np.bincount(self.postings[self.ptr[termid]:self.ptr[termid + 1]], minlength=len(self.ids))
             rows = np.flatnonzero(tf)
             score[rows] += idf * (tf[rows] * (_K1 + 1)) / (tf[rows] + norm[rows])
+            cov[rows] += idf
+            total += idf
         matched = score > 0
         if keep is not None:
             matched &= keep
-        return [(self.ids[i], float(score[i])) for i in _top(np.where(matched, score, -np.inf), self.ids, n)]
+        top = _top(np.where(matched, score, -np.inf), self.ids, n)
+        best = max((cov[i] for i in top), default=0.0) / total if total > 0 else 0.0
+        return [(self.ids[i], float(score[i])) for i in top], float(best)
 
     def rows(self, chunk_ids: Sequence[str], columns: Sequence[str]) -> dict[str, tuple]:
         """chunk_id -> the values of ``columns`` (chunk_id first; ``content`` allowed), as

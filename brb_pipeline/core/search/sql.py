@@ -68,8 +68,11 @@ def vector_sql(dim: int, *, filtered: bool, where: str = "TRUE") -> str:
     return f"SELECT chunk_id, {dist} AS d FROM chunks WHERE {where} ORDER BY d, chunk_id LIMIT ?"
 
 
-def lexical_sql(where: str = "TRUE") -> str:
+def lexical_sql(where: str = "TRUE", *, coverage: bool = False) -> str:
     """The BM25 candidate query. Parameters: query text, filter parameters, limit.
+
+    ``coverage``: a third column, the share of the query's idf mass (its terms found in the
+    dictionary) that the document matches, for :func:`.fusion.lexical_weight`.
 
     Same tokenizer, dictionary and formula as ``fts_main_chunks.match_bm25`` (Okapi BM25,
     k1 = 1.2, b = 0.75, disjunctive; a test checks the scores match), but scored per ``docid``
@@ -77,21 +80,24 @@ def lexical_sql(where: str = "TRUE") -> str:
     correlated lookup for every row of ``chunks``, which is slower on a large store.
     """
     join = f" JOIN chunks ON chunks.chunk_id = docs.name WHERE {where}" if where != "TRUE" else ""
-    return _bm25_sql(FTS_SCHEMA, join)
+    return _bm25_sql(FTS_SCHEMA, join, coverage)
 
 
-def _bm25_sql(s: str, join: str) -> str:
+def _bm25_sql(s: str, join: str, coverage: bool = False) -> str:
     """:func:`lexical_sql` over the FTS schema ``s``, ``join`` adding the filters."""
+    idf = "log(((st.num_docs - qt.df) + 0.5) / (qt.df + 0.5) + 1)"
+    cov = (f", sum({idf}) / (SELECT sum({idf}) FROM qt CROSS JOIN {s}.stats st) AS cov" if coverage else "")
     return (
         f"WITH qtok AS (SELECT DISTINCT stem(unnest({s}.tokenize(?)), '{FTS_PARAMS['stemmer']}') AS t), "
         f"qt AS (SELECT d.termid, d.df FROM {s}.dict d JOIN qtok ON d.term = qtok.t), "
         f"tf AS (SELECT docid, termid, count(*) AS tf FROM {s}.terms "
         "WHERE termid IN (SELECT termid FROM qt) GROUP BY docid, termid), "
-        "sc AS (SELECT tf.docid, sum(log(((st.num_docs - qt.df) + 0.5) / (qt.df + 0.5) + 1) "
-        "* ((tf.tf * (1.2 + 1)) / (tf.tf + 1.2 * ((1 - 0.75) + 0.75 * (docs.len / st.avgdl))))) AS score "
+        f"sc AS (SELECT tf.docid, sum({idf} "
+        f"* ((tf.tf * (1.2 + 1)) / (tf.tf + 1.2 * ((1 - 0.75) + 0.75 * (docs.len / st.avgdl))))) AS score{cov} "
         f"FROM tf JOIN qt ON tf.termid = qt.termid JOIN {s}.docs docs ON docs.docid = tf.docid "
         f"CROSS JOIN {s}.stats st GROUP BY tf.docid) "
-        f"SELECT docs.name AS chunk_id, sc.score FROM sc JOIN {s}.docs docs ON docs.docid = sc.docid{join} "
+        f"SELECT docs.name AS chunk_id, sc.score{', sc.cov' if coverage else ''} "
+        f"FROM sc JOIN {s}.docs docs ON docs.docid = sc.docid{join} "
         "ORDER BY sc.score DESC, docs.name LIMIT ?"
     )
 
