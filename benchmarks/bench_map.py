@@ -9,7 +9,8 @@ in headless Chromium (selenium) and measures:
   first draw; falls back to the load event for pages that do not set it);
 - **search / contact / time / cluster filter**: wall time of the synchronous handler, re-draw
   included, measured in the page with ``performance.now()`` around a dispatched event, median of 5;
-- **frame**: one full redraw (``window.__mapDraw`` when the page exposes it), median of 5;
+- **time filter**: a drag across the month histogram (``#hist``), then a double-click that clears it;
+- **frame**: one full redraw (``window.__map.draw`` when the page exposes it), median of 5;
 - **bytes**: the HTML file's size;
 - **requests**: every network request Chromium's performance log records other than the page's own
   ``file://`` URL (must be 0: the page is offline).
@@ -79,7 +80,14 @@ const t0 = performance.now();
 if (kind === 'input') { e.value = value; e.dispatchEvent(new Event('input')); }
 else if (kind === 'change') { e.value = value; e.dispatchEvent(new Event('change')); }
 else if (kind === 'click') { e.click(); }
-else if (kind === 'call') { window[value](); }
+else if (kind === 'draw') { window.__map.draw(); }
+else if (kind === 'brush') {  // drag across the histogram from 10% to 35% of its width
+  const r = e.getBoundingClientRect(), y = r.top + 30;
+  const ev = (t, f) => new MouseEvent(t, {clientX: r.left + f * r.width, clientY: y, bubbles: true});
+  e.dispatchEvent(ev('mousedown', 0.10)); window.dispatchEvent(ev('mousemove', 0.35));
+  window.dispatchEvent(ev('mouseup', 0.35));
+  if (value === 'clear') e.dispatchEvent(new MouseEvent('dblclick', {bubbles: true}));
+}
 return performance.now() - t0;
 """
 
@@ -129,10 +137,9 @@ def measure(n: int) -> dict:
                 "search_ms": _median(driver, "#q", "input", ["ferry", ""]),
                 "contact_ms": _median(driver, "#who", "change", [contact, ""]) if contact else None,
                 "cluster_ms": _median(driver, "#clusters .cl", "click", [""]),
-                "frame_ms": _median(driver, "body", "call", ["__mapDraw"])
-                if driver.execute_script("return !!window.__mapDraw") else None,
-                "time_ms": _median(driver, "body", "call", ["__mapBrushTest"])
-                if driver.execute_script("return !!window.__mapBrushTest") else None,
+                "frame_ms": _median(driver, "body", "draw", [""])
+                if driver.execute_script("return !!window.__map") else None,
+                "time_ms": _median(driver, "#hist", "brush", ["", "clear"]),
                 "requests": _requests(driver, path.as_uri()),
                 "severe_console": [e["message"][:200] for e in driver.get_log("browser")
                                    if e["level"] == "SEVERE"],
