@@ -339,7 +339,7 @@ def _browser():
                 "--window-size=1280,900"):
         opts.add_argument(arg)
     opts.binary_location = shutil.which(binary)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
     from selenium.webdriver.chrome.service import Service
 
     return webdriver.Chrome(options=opts, service=Service(shutil.which("chromedriver")))
@@ -369,5 +369,89 @@ def test_html_in_headless_browser_search_filters_and_click_lists(tmp_path):
         assert len(items) == 21 and "Mehmet · 2024-02-" in items[1].text
         errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
         assert errors == []
+    finally:
+        driver.quit()
+
+
+def _points_on_canvas(driver, contact: str) -> list[tuple[float, float]]:
+    """Screen positions (canvas pixels) of a contact's points, read from the page's own state."""
+    return driver.execute_script(
+        "const o=[];for(let i=0;i<D.x.length;i++)if(D.contacts[D.k[i]]===arguments[0])"
+        "o.push([sx(D.x[i]),sy(D.y[i])]);return o", contact)
+
+
+def _click_at(driver, element, x: float, y: float, *, shift_drag_to=None):
+    """A real pointer click (or shift-drag) at pixel (x, y) of ``element`` (selenium offsets
+    are from the element's centre)."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    w, h = element.size["width"], element.size["height"]
+    chain = ActionChains(driver).move_to_element_with_offset(element, int(x - w / 2), int(y - h / 2))
+    if shift_drag_to is None:
+        chain.click().perform()
+        return
+    (chain.key_down(Keys.SHIFT).click_and_hold()
+     .move_by_offset(int(shift_drag_to[0] - x), int(shift_drag_to[1] - y))
+     .release().key_up(Keys.SHIFT).perform())
+
+
+def test_html_in_browser_person_time_area_neighbours_and_search_zoom(tmp_path):
+    """The explorer's flow: person + month in two gestures, an area's samples, a point's
+    neighbours, search that zooms to its matches, chips that undo; nothing is requested."""
+    driver = _browser()
+    try:
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.support.ui import Select
+
+        files = write_map(tmp_path, _points(), title="Explorer")
+        driver.get(files.html.resolve().as_uri())
+        count = driver.find_element(By.ID, "count")
+        listed = lambda: driver.find_elements(By.CSS_SELECTOR, "#list .it")  # noqa: E731
+        # Sam: cluster 0 (January, every third chunk) and cluster 2 (March, every other one).
+        Select(driver.find_element(By.ID, "who")).select_by_visible_text("Sam (16)")
+        assert count.text == "16 of 63 chunks match"
+        hist = driver.find_element(By.ID, "hist")
+        bw = (hist.size["width"] - 20) / 6  # six months, Jan..Jun 2024, 10 px margins
+        _click_at(driver, hist, 10 + 2.5 * bw, 30)  # March
+        assert count.text == "10 of 63 chunks match"
+        assert driver.find_element(By.ID, "range").text.startswith("Mar 2024")
+        items = listed()
+        assert items[0].text == "10 matching chunks, newest first" and len(items) == 11
+        assert all(i.text.startswith("Sam · 2024-03-") for i in items[1:])
+        assert [c.text for c in driver.find_elements(By.CSS_SELECTOR, "#clusters .cl")] == [
+            LABELS[2] + "\n10 / 20"]
+        # The chips undo one filter each.
+        chips = driver.find_elements(By.CSS_SELECTOR, "#chips .chip")
+        assert [c.text for c in chips] == ["person: Sam ×", "time: Mar 2024 ×"]
+        chips[1].click()
+        chips = driver.find_elements(By.CSS_SELECTOR, "#chips .chip")
+        chips[0].click()
+        assert count.text == "63 chunks" and driver.find_elements(By.CSS_SELECTOR, "#chips .chip") == []
+        # Shift-drag a box around Mehmet's cluster: its 20 chunks are the samples.
+        canvas = driver.find_element(By.ID, "cv")
+        pts = _points_on_canvas(driver, "Mehmet")
+        xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+        _click_at(driver, canvas, min(xs) - 6, min(ys) - 6, shift_drag_to=(max(xs) + 6, max(ys) + 6))
+        assert count.text == "20 of 63 chunks match"
+        assert all("Mehmet · 2024-02-" in i.text for i in listed()[1:]) and len(listed()) == 21
+        driver.find_element(By.CSS_SELECTOR, "#chips .chip").click()  # "area: 20 chunks ×"
+        # Click one of Mehmet's points: it and its 10 nearest chunks, all in that cluster.
+        _click_at(driver, canvas, *pts[3])
+        items = listed()
+        assert items[0].text.startswith("Nearest on the map") and len(items) == 12
+        assert all(LABELS[1] in i.text for i in items[1:])
+        # Search + Enter: the matches are listed and the view zooms onto them.
+        scale = driver.execute_script("return view.s")
+        box = driver.find_element(By.ID, "q")
+        box.send_keys("mehmet")
+        box.send_keys("\n")
+        assert count.text == "20 of 63 chunks match"
+        assert listed()[0].text == "20 matching chunks, newest first"
+        assert driver.execute_script("return view.s") > 1.5 * scale
+        perf = [json.loads(e["message"])["message"] for e in driver.get_log("performance")]
+        urls = {m["params"]["request"]["url"] for m in perf if m.get("method") == "Network.requestWillBeSent"}
+        assert urls == {files.html.resolve().as_uri()}  # the page itself, nothing else
+        assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"] == []
     finally:
         driver.quit()
