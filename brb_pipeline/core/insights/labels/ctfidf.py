@@ -3,9 +3,7 @@
 Each cluster's chunk texts form one class document; terms frequent in the cluster and rare
 elsewhere win (c-TF-IDF, as in BERTopic: ``tf(t, c) * log(1 + avg_words_per_class / freq(t))``).
 Sender prefixes and header lines are stripped first and the sender names dropped, so labels
-describe what people talk about, not who talks. A term must also come up in several
-conversations of its cluster (``min_spread``, counted by the chunk's header: who and which day):
-a topic recurs; a nickname, a school's initials or a token one chat repeats does not.
+describe what people talk about, not who talks.
 """
 
 from __future__ import annotations
@@ -17,13 +15,7 @@ from typing import Any
 import numpy as np
 
 from brb_pipeline.core.insights.labels.base import NOISE_LABEL, ClusterDocs, ClusterLabel
-from brb_pipeline.core.insights.labels.text import (
-    _HEADER_LINE,
-    message_bodies,
-    name_tokens,
-    name_words,
-    tokenize,
-)
+from brb_pipeline.core.insights.labels.text import message_bodies, name_tokens, name_words, tokenize
 
 log = logging.getLogger(__name__)
 
@@ -43,20 +35,16 @@ class TfidfLabeler:
         seed: seeds that sample.
         names: people's display names (contacts); their words are never terms (each chunk's
             own senders are dropped regardless). See :func:`name_tokens`.
-        min_spread: a term must occur in chunks of at least this many distinct conversations
-            (header line: participants and day) of its cluster, or of all of them when the
-            cluster has fewer.
     """
 
     source = "tfidf"
-    VERSION = 3  # 2: more chat filler, contact names dropped; 3: min_spread
+    VERSION = 2  # 2: more chat filler, contact names dropped
     kind = f"tfidf/v{VERSION}"
 
     def __init__(self, *, n_terms: int = 10, label_terms: int = 3,
                  ngram_range: tuple[int, int] = (1, 2), min_df: int = 2, max_docs: int = 1500,
-                 seed: int = 42, names: Iterable[str] = (), min_spread: int = 3) -> None:
+                 seed: int = 42, names: Iterable[str] = ()) -> None:
         self.names = name_tokens(names)
-        self.min_spread = min_spread
         self.n_terms = n_terms
         self.max_docs = max_docs
         self.seed = seed
@@ -70,7 +58,6 @@ class TfidfLabeler:
 
         docs: list[list[str]] = []  # per chunk: tokens after cleaning
         owner: list[int] = []  # per chunk: index into clusters
-        convs: list[str] = []  # per chunk: its conversation (header line)
         rng = np.random.default_rng(self.seed)
         for ci, c in enumerate(clusters):
             texts_in = c.texts
@@ -85,7 +72,6 @@ class TfidfLabeler:
                     doc += tokenize(text, drop, keep_gaps=True) + [None]
                 docs.append(doc)
                 owner.append(ci)
-                convs.append(conversation_key(content, senders))
         results: list[ClusterLabel] = []
         scores = None
         vocab = np.empty(0, dtype=object)
@@ -111,7 +97,6 @@ class TfidfLabeler:
                 counts = vec.fit_transform(docs)
             vocab = vec.get_feature_names_out()
             scores = _ctfidf(counts, np.asarray(owner), len(clusters))
-            scores *= _spread_ok(counts, owner, convs, len(clusters), self.min_spread)
         for ci, c in enumerate(clusters):
             if c.cluster_id < 0:
                 results.append(ClusterLabel(c.cluster_id, NOISE_LABEL, [], self.source))
@@ -136,35 +121,6 @@ def _ctfidf(counts: Any, owner: np.ndarray, n_classes: int) -> np.ndarray:
     avg = words.sum() / max(1, int((words[:, 0] > 0).sum()))
     idf = np.log1p(avg / np.maximum(freq, 1.0))
     return tf * idf[None, :]
-
-
-def conversation_key(content: str, senders: set[str]) -> str:
-    """Which conversation a chunk belongs to: its header line ("Conversation with ..., day"), or
-    its senders when it has none."""
-    first = content.lstrip().split("\n", 1)[0].strip()
-    return first if _HEADER_LINE.match(first) else "\x1f".join(sorted(senders))
-
-
-def _spread_ok(counts: Any, owner: list[int], convs: list[str], n_classes: int,
-               min_spread: int) -> np.ndarray:
-    """(k, V) 1.0 where a term occurs in >= min(min_spread, conversations in the cluster)
-    distinct conversations of cluster k, else 0.0."""
-    import scipy.sparse as sp
-
-    groups: dict[tuple[int, str], int] = {}
-    gid = np.array([groups.setdefault((o, c), len(groups)) for o, c in zip(owner, convs)])
-    onehot = sp.csr_matrix((np.ones(gid.size), (gid, np.arange(gid.size))),
-                           shape=(len(groups), gid.size))
-    present = ((onehot @ (counts > 0).astype(np.float64)) > 0).astype(np.float64)  # (G, V)
-    g_owner = np.empty(len(groups), dtype=np.int64)
-    for (o, _), g in groups.items():
-        g_owner[g] = o
-    to_class = sp.csr_matrix((np.ones(len(groups)), (g_owner, np.arange(len(groups)))),
-                             shape=(n_classes, len(groups)))
-    spread = np.asarray((to_class @ present).todense() if sp.issparse(present) else to_class @ present)
-    n_conv = np.bincount(g_owner, minlength=n_classes)
-    need = np.minimum(min_spread, np.maximum(n_conv, 1))
-    return (spread >= need[:, None]).astype(np.float64)
 
 
 def _top_terms(row: np.ndarray, vocab: np.ndarray, n: int) -> list[str]:
