@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -142,6 +143,38 @@ def _step_failure(result: dg.ExecuteInProcessResult, run_log: RunLog) -> BrbErro
                     f"details in {run_log.path}")
 
 
+#: ``workspace.yaml``'s code location; a Definitions object's repository is ``__repository__``.
+CODE_LOCATION = "brb_pipeline"
+
+
+def _attach_to_code_location(instance: dg.DagsterInstance, run_id: str, job: str) -> None:
+    """Record an in-process run as a run of ``job`` in the UI's code location.
+
+    ``execute_in_process`` stores a run without a code-location origin, and the UI's Overview
+    timeline (and a job's Runs tab) leave such runs out. The origin named here is what
+    ``brb ui`` loads from ``workspace.yaml``. Best effort: a Dagster that changed this storage
+    call only loses the runs from the timeline, never the ingestion.
+    """
+    try:
+        from dagster._core.definitions.repository_definition import SINGLETON_REPOSITORY_NAME
+        from dagster._core.remote_origin import (
+            ManagedGrpcPythonEnvCodeLocationOrigin,
+            RemoteJobOrigin,
+            RemoteRepositoryOrigin,
+        )
+        from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+
+        location = ManagedGrpcPythonEnvCodeLocationOrigin(
+            LoadableTargetOrigin(executable_path=sys.executable, module_name="brb_pipeline.definitions"),
+            location_name=CODE_LOCATION)
+        run = instance.get_run_by_id(run_id)
+        if run is not None and run.remote_job_origin is None:
+            instance.run_storage.replace_job_origin(
+                run, RemoteJobOrigin(RemoteRepositoryOrigin(location, SINGLETON_REPOSITORY_NAME), job))
+    except Exception as e:  # noqa: BLE001 - the run itself succeeded or failed on its own
+        log.debug("Dagster - could not attach run %s to the code location (%s)", run_id, type(e).__name__)
+
+
 def _process_tags(run_id: str) -> dict[str, str]:
     import socket
 
@@ -235,6 +268,7 @@ class _Run:
             instance=self.instance, partition_key=partition_key, raise_on_error=False,
             run_config={"loggers": {"console": {"config": {"log_level": DAGSTER_CONSOLE_LEVEL}}}},
             tags={"brb/source": "cli", **_process_tags(self.run_id), **self.runtime.run_tags})
+        _attach_to_code_location(self.instance, result.run_id, job)
         errors = _read_checks(result, self.log, self.runtime.progress)
         if errors:
             raise CheckFailedError("; ".join(errors) + " (the previous store is kept)")

@@ -124,6 +124,10 @@ def test_contact_backfill_job_runs_only_that_persons_batch(home):
     assert {(r.tags["brb/source"], r.tags["brb/parent_run"], r.tags["brb/parent_job"]) for r in children} == {
         ("ui", result.run_id, "contact_backfill_job")}
     assert not any(r.job_name.startswith("__") for r in instance.get_runs())  # no ephemeral job
+    # in the code location brb ui loads, so the Overview timeline and the job's Runs tab list them
+    origins = {(r.remote_job_origin.repository_origin.code_location_origin.location_name,
+                r.remote_job_origin.job_name) for r in children}
+    assert origins == {("brb_pipeline", "ingest_job"), ("brb_pipeline", "batch_job"), ("brb_pipeline", "finalize_job")}
     assert {r.tags["brb/source"] for r in instance.get_runs() if r.run_id in before} == {"cli"}
     assert meta["chunks"].value == first["chunks"]  # a rerun partition replaces, never duplicates
     assert (s.insights_dir / "map.html").stat().st_size > 10_000
