@@ -455,3 +455,54 @@ def test_html_in_browser_person_time_area_neighbours_and_search_zoom(tmp_path):
         assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"] == []
     finally:
         driver.quit()
+
+
+def _two_topic_cluster() -> pl.DataFrame:
+    """Cluster 0: 150 chunks, flights on the left and soup on the right; cluster 1: 30 others."""
+    rng = np.random.default_rng(3)
+    rows = []
+    for i in range(180):
+        cid, side = (0, i % 2) if i < 150 else (1, 2)
+        x, words = [(0.0, "the flight to lisbon needs a visa at the airport"),
+                    (3.0, "the lentil soup recipe wants a hot oven"),
+                    (9.0, "the guitar concert tickets sold out")][side]
+        who = ["Ana", "Ben", "Cem"][i % 3]
+        rows.append({"x": x + rng.normal(0, 0.3), "y": rng.normal(0, 0.3), "cluster_id": cid,
+                     "label": "Big" if cid == 0 else "Music", "contact": who, "date": date(2024, 1 + i % 12, 1),
+                     "snippet": words[:30],
+                     "content": f"Conversation with {who}, 2024-01-01\n{who} (10:00): {words} {i}\nMe (10:01): ok {words}"})
+    return pl.DataFrame(rows)
+
+
+def test_big_clusters_get_subtopic_labels_where_their_parts_lie():
+    from brb_pipeline.core.insights.subtopics import subtopics
+
+    subs = subtopics(_two_topic_cluster(), names=["Ana", "Ben", "Cem"])
+    assert {t["cluster_id"] for t in subs} == {0}  # 30 chunks are too few to split
+    assert sorted(t["n"] for t in subs) == [75, 75]
+    left, right = sorted(subs, key=lambda t: t["x"])
+    assert left["x"] < 1 < 2 < right["x"]
+    words = lambda t: set(t["label"].lower().replace("·", " ").split())  # noqa: E731
+    assert words(left) & {"flight", "lisbon", "visa", "airport"} and not words(left) & {"soup", "oven", "lentil"}
+    assert words(right) & {"soup", "oven", "lentil", "recipe"} and not words(right) & {"flight", "visa"}
+    assert not any(words(t) & {"ana", "ben", "cem"} for t in subs)
+
+
+def test_html_shows_subtopics_only_when_zoomed_in(tmp_path):
+    files = write_map(tmp_path, _two_topic_cluster(), title="Zoom")
+    page = files.html.read_text(encoding="utf-8")
+    data = json.loads(page.split('<script id="data" type="application/json">')[1].split("</script>")[0])
+    assert len(data["sub"]) == 2 and "needs a visa" not in page  # labels, never the chunk text
+    driver = _browser()
+    try:
+        driver.get(files.html.resolve().as_uri())
+        assert driver.execute_script("return window.__subLabels") == 0
+        from selenium.webdriver.common.by import By
+
+        driver.find_elements(By.CSS_SELECTOR, "#clusters .cl")[0].click()  # "Big", then zoom onto it
+        assert driver.execute_script("return window.__subLabels") == 0
+        driver.execute_script("zoomToVisible()")
+        assert driver.execute_script("return view.s / S0") > 1.8
+        assert driver.execute_script("return window.__subLabels") == 2
+    finally:
+        driver.quit()

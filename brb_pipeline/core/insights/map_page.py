@@ -22,7 +22,8 @@ HTML_GRID = 10_000  # coordinates are integers 0..HTML_GRID (a 1e-4 step is belo
 
 
 def map_data(df: pl.DataFrame, summary: pl.DataFrame, title: str, *,
-             snippet_chars: int = HTML_SNIPPET_CHARS) -> dict[str, Any]:
+             snippet_chars: int = HTML_SNIPPET_CHARS, sub: list[dict[str, Any]] | None = None
+             ) -> dict[str, Any]:
     """The compact JSON the 2-D page draws from.
 
     Coordinates are scaled to integers 0..``HTML_GRID``; contacts and dates are dictionary
@@ -30,7 +31,10 @@ def map_data(df: pl.DataFrame, summary: pl.DataFrame, title: str, *,
 
     Returns:
         ``{"title", "subtitle", "clusters": [{"id", "label", "n", "color"}], "contacts",
-        "dates", "x", "y", "c" (index into clusters), "k" (contacts), "d" (dates), "s"}``.
+        "dates", "x", "y", "c" (index into clusters), "k" (contacts), "d" (dates), "s",
+        "sub": [{"c" (index into clusters), "l" (label), "x", "y", "n"}]}``: ``sub`` are the
+        sub-topic labels (:func:`~brb_pipeline.core.insights.subtopics.subtopics`), drawn when
+        zoomed in.
     """
     ids = summary["cluster_id"].to_list() if summary.height else []
     if df.height and set(df["cluster_id"].unique().to_list()) - set(ids):
@@ -49,12 +53,15 @@ def map_data(df: pl.DataFrame, summary: pl.DataFrame, title: str, *,
         grid = np.rint((xy - lo) * scale).astype(np.int64)
     else:
         grid = np.empty((0, 2), dtype=np.int64)
+    subs = [{"c": index[t["cluster_id"]], "l": t["label"], "n": t["n"],
+             "x": int(round((t["x"] - lo[0]) * scale)), "y": int(round((t["y"] - lo[1]) * scale))}
+            for t in (sub or []) if len(xy) and t["cluster_id"] in index]
     snippets = [s if len(s) <= snippet_chars else s[:snippet_chars - 1].rstrip() + "…"
                 for s in df["snippet"].to_list()]
     return {"title": title, "subtitle": map_subtitle(df, summary), "clusters": clusters,
             "contacts": contacts, "dates": dates, "x": grid[:, 0].tolist(),
             "y": grid[:, 1].tolist(), "c": [index[c] for c in df["cluster_id"].to_list()],
-            "k": k, "d": d, "s": snippets}
+            "k": k, "d": d, "s": snippets, "sub": subs}
 
 
 def _codes(values: list[str]) -> tuple[list[str], list[int]]:
@@ -63,9 +70,10 @@ def _codes(values: list[str]) -> tuple[list[str], list[int]]:
     return uniq, [pos[v] for v in values]
 
 
-def html_2d(df: pl.DataFrame, summary: pl.DataFrame, title: str) -> str:
+def html_2d(df: pl.DataFrame, summary: pl.DataFrame, title: str,
+            sub: list[dict[str, Any]] | None = None) -> str:
     """The self-contained 2-D page: inline JS on a canvas, the data inline as JSON, no fetches."""
-    payload = json.dumps(map_data(df, summary, title), ensure_ascii=False, separators=(",", ":"))
+    payload = json.dumps(map_data(df, summary, title, sub=sub), ensure_ascii=False, separators=(",", ":"))
     # Inside <script>, "</script>" or "<!--" in a message would end the block: "<" never
     # appears raw (a JSON string may spell it \u003c).
     payload = payload.replace("<", "\\u003c")
