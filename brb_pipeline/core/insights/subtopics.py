@@ -1,6 +1,6 @@
 """Sub-topics of big clusters: the map's second label level, shown when you zoom in.
 
-A cluster of at least ``min_size`` chunks is split on the 2-D layout (k-means, 2-5 parts, about
+Each of the ``max_clusters`` biggest clusters with at least ``min_size`` chunks is split on the 2-D layout (k-means, 2-5 parts, about
 one per ``per_part`` chunks), and each part gets a short c-TF-IDF label contrasted with its
 siblings only, so it says what sets that corner of the cluster apart ("flights", "visa").
 Deterministic (seeded); no model needed.
@@ -19,7 +19,8 @@ from brb_pipeline.core.insights.labels.ctfidf import TfidfLabeler
 
 
 def subtopics(points: pl.DataFrame, *, min_size: int = 120, per_part: int = 150, max_parts: int = 5,
-              names: Iterable[str] = (), seed: int = 42) -> list[dict[str, Any]]:
+              max_clusters: int = 12, docs_per_part: int = 200, names: Iterable[str] = (),
+              seed: int = 42) -> list[dict[str, Any]]:
     """Sub-topic labels of the big clusters of ``points``.
 
     Args:
@@ -27,6 +28,9 @@ def subtopics(points: pl.DataFrame, *, min_size: int = 120, per_part: int = 150,
             text; only read here, never returned).
         min_size: smallest cluster that is split.
         per_part: chunks per part, roughly (2 parts at least, ``max_parts`` at most).
+        max_clusters: only the biggest clusters are split (the ones a zoom makes room for).
+        docs_per_part: chunks read per part at most (a seeded sample): bounds the time at 64K
+            chunks.
         names: people's names, never label words (each chunk's senders are dropped anyway).
 
     Returns:
@@ -41,7 +45,7 @@ def subtopics(points: pl.DataFrame, *, min_size: int = 120, per_part: int = 150,
     names = list(names)
     sizes = points.filter(pl.col("cluster_id") >= 0).group_by("cluster_id").len().sort(
         ["len", "cluster_id"], descending=[True, False])
-    for cid, size in sizes.iter_rows():
+    for cid, size in sizes.head(max_clusters).iter_rows():
         if size < min_size:
             break
         part = points.filter(pl.col("cluster_id") == cid)
@@ -50,7 +54,7 @@ def subtopics(points: pl.DataFrame, *, min_size: int = 120, per_part: int = 150,
         assign = KMeans(n_clusters=k, n_init=4, random_state=seed).fit_predict(xy)
         texts = part["content"].to_list()
         docs = [ClusterDocs(j, [texts[i] for i in np.flatnonzero(assign == j)]) for j in range(k)]
-        labels = TfidfLabeler(label_terms=2, names=names, seed=seed).label(docs)
+        labels = TfidfLabeler(label_terms=2, names=names, seed=seed, max_docs=docs_per_part).label(docs)
         for j, lab in enumerate(labels):
             members = np.flatnonzero(assign == j)
             if not lab.terms or members.size == 0:
