@@ -1,8 +1,11 @@
-"""The map's interactive 2-D page: one small self-contained HTML file.
+"""The map's interactive 2-D page: one self-contained HTML file (template: ``map_page.html``).
 
-Inline JS draws on a canvas, the points inline as compact JSON (integer coordinates, cluster and
-contact indices, a short snippet), with a search box, a cluster list that opens a cluster's
-conversations, and a hover card. Nothing is fetched when the page is viewed.
+Inline JS draws on a canvas, the points inline as compact JSON (integer coordinates, cluster,
+contact and date indices, a short snippet). To explore: a person filter, a month histogram to
+brush, a search that rings its matches (Enter zooms to them), a cluster list, a shift-drag area
+selection, a point's nearest chunks on the map, chips that undo each filter, a hover card, and
+labels placed off their points with a second level (sub-topics) when zoomed in. Nothing is
+fetched when the page is viewed (its Content-Security-Policy forbids it).
 """
 
 from __future__ import annotations
