@@ -287,8 +287,9 @@ def ui(port, home):
                err=True)
     root = Path(__file__).resolve().parent.parent
     env = {**os.environ, "DAGSTER_HOME": str(s.dagster_home), "BRB_HOME": str(s.home)}
-    os.execvpe(sys.executable, [sys.executable, "-m", "dagster", "dev", "-w", str(root / "workspace.yaml"),
-                                "-p", str(port)], env)
+    from brb_pipeline.ui_launcher import serve
+
+    sys.exit(serve(root / "workspace.yaml", port, env))  # the webserver + the daemon, not `dagster dev`
 
 
 def _parse_date(value: str | None, name: str):

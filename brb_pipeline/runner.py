@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -142,6 +143,38 @@ def _step_failure(result: dg.ExecuteInProcessResult, run_log: RunLog) -> BrbErro
                     f"details in {run_log.path}")
 
 
+#: ``workspace.yaml``'s code location; a Definitions object's repository is ``__repository__``.
+CODE_LOCATION = "brb_pipeline"
+
+
+def _attach_to_code_location(instance: dg.DagsterInstance, run_id: str, job: str) -> None:
+    """Record an in-process run as a run of ``job`` in the UI's code location.
+
+    ``execute_in_process`` stores a run without a code-location origin, and the UI's Overview
+    timeline (and a job's Runs tab) leave such runs out. The origin named here is what
+    ``brb ui`` loads from ``workspace.yaml``. Best effort: a Dagster that changed this storage
+    call only loses the runs from the timeline, never the ingestion.
+    """
+    try:
+        from dagster._core.definitions.repository_definition import SINGLETON_REPOSITORY_NAME
+        from dagster._core.remote_origin import (
+            ManagedGrpcPythonEnvCodeLocationOrigin,
+            RemoteJobOrigin,
+            RemoteRepositoryOrigin,
+        )
+        from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+
+        location = ManagedGrpcPythonEnvCodeLocationOrigin(
+            LoadableTargetOrigin(executable_path=sys.executable, module_name="brb_pipeline.definitions"),
+            location_name=CODE_LOCATION)
+        run = instance.get_run_by_id(run_id)
+        if run is not None and run.remote_job_origin is None:
+            instance.run_storage.replace_job_origin(
+                run, RemoteJobOrigin(RemoteRepositoryOrigin(location, SINGLETON_REPOSITORY_NAME), job))
+    except Exception as e:  # noqa: BLE001 - the run itself succeeded or failed on its own
+        log.debug("Dagster - could not attach run %s to the code location (%s)", run_id, type(e).__name__)
+
+
 def _process_tags(run_id: str) -> dict[str, str]:
     import socket
 
@@ -168,7 +201,9 @@ def reclaim_dead_runs(s: Settings, instance: dg.DagsterInstance | None = None) -
     host = socket.gethostname()
     failed = freed = 0
     statuses = [getattr(dg.DagsterRunStatus, name) for name in _IN_PROGRESS]
-    for run in instance.get_runs(filters=dg.RunsFilter(statuses=statuses, tags={"brb/source": "cli"})):
+    runs = [r for source in ("cli", "ui")  # "ui": children of a backfill launched in the UI
+            for r in instance.get_runs(filters=dg.RunsFilter(statuses=statuses, tags={"brb/source": source}))]
+    for run in runs:
         tags = run.tags
         if tags.get("brb/host") != host or not tags.get("brb/pid"):
             continue
@@ -221,14 +256,19 @@ class _Run:
         yield
         self.timings[step] = round(time.perf_counter() - t, 3)
 
-    def materialize(self, selection: dg.AssetSelection, partition_key: str | None = None) -> dg.ExecuteInProcessResult:
-        """One Dagster run of ``selection``; a failed ERROR check or step raises its library error."""
+    def materialize(self, job: str, selection: dg.AssetSelection, partition_key: str | None = None
+                    ) -> dg.ExecuteInProcessResult:
+        """One Dagster run of ``selection``, named ``job`` (what it does, as the UI's runs list and
+        timeline show it); a failed ERROR check or step raises its library error."""
         from brb_pipeline.definitions import ALL_DEFS, resources
 
-        result = dg.materialize(ALL_DEFS, selection=selection, instance=self.instance, partition_key=partition_key,
-                                resources=resources(home=str(self.s.home), runtime=self.runtime),
-                                run_config={"loggers": {"console": {"config": {"log_level": DAGSTER_CONSOLE_LEVEL}}}},
-                                tags={"brb/source": "cli", **_process_tags(self.run_id)}, raise_on_error=False)
+        defs = dg.Definitions(assets=ALL_DEFS, jobs=[dg.define_asset_job(job, selection=selection)],
+                              resources=resources(home=str(self.s.home), runtime=self.runtime))
+        result = defs.resolve_job_def(job).execute_in_process(
+            instance=self.instance, partition_key=partition_key, raise_on_error=False,
+            run_config={"loggers": {"console": {"config": {"log_level": DAGSTER_CONSOLE_LEVEL}}}},
+            tags={"brb/source": "cli", **_process_tags(self.run_id), **self.runtime.run_tags})
+        _attach_to_code_location(self.instance, result.run_id, job)
         errors = _read_checks(result, self.log, self.runtime.progress)
         if errors:
             raise CheckFailedError("; ".join(errors) + " (the previous store is kept)")
@@ -257,6 +297,7 @@ def run_ingest(
     analyze: bool = True,
     reembed: bool = False,
     generator: Any | None = None,
+    run_tags: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Materialize the whole graph for ``s``; returns a JSON-able summary.
 
@@ -275,7 +316,8 @@ def run_ingest(
     _guard_sources(s)
     keys.prepare_home(s)  # the home's mode and key, before brb.db records the run
     progress = progress or Progress()
-    runtime = Runtime(progress, cancel or CancelToken(), embedder, reembed=reembed, generator=generator)
+    runtime = Runtime(progress, cancel or CancelToken(), embedder, reembed=reembed, generator=generator,
+                      run_tags=run_tags)
     run = _Run(s, runtime)
     stop_forwarding = progress.forward_logs()  # pipeline warnings reach JSON lines, not only stderr
     try:
@@ -283,8 +325,8 @@ def run_ingest(
         todo, batches = _run_batches(run, only_contacts, reembed)
         runtime.cancel.check()
         with run.timed("finalize"):
-            r = run.materialize(dg.AssetSelection.groups(STORE, INSIGHTS) if analyze
-                                else dg.AssetSelection.groups(STORE))
+            r = run.materialize("finalize_job", dg.AssetSelection.groups(STORE, INSIGHTS)) if analyze \
+                else run.materialize("store_job", dg.AssetSelection.groups(STORE))
         run.timings["total"] = round(time.perf_counter() - run.t0, 3)
         store_meta = _meta(r, "chunk_store")
         summary = {
@@ -334,7 +376,7 @@ def _ingest(run: _Run) -> dict[str, Any]:
         ``parsed_messages``' metadata.
     """
     with run.timed("ingest"):
-        r = run.materialize(dg.AssetSelection.groups(INGEST))
+        r = run.materialize("ingest_job", dg.AssetSelection.groups(INGEST))
     parsed = _meta(r, "parsed_messages")
     metadata.update_run_stats(run.s.brb_db, run.run_id, messages=int(parsed.get("messages", 0)),
                               first_ts=parsed.get("first_ts"), last_ts=parsed.get("last_ts"),
@@ -357,13 +399,13 @@ def _run_batches(run: _Run, only_contacts: list[str] | None, reembed: bool) -> t
         runtime.batches.start(s, todo)
         for b in todo:
             runtime.cancel.check()
-            _keep_memory(run, run.materialize(dg.AssetSelection.groups(PER_BATCH), partition_key=b))
+            _keep_memory(run, run.materialize("batch_job", dg.AssetSelection.groups(PER_BATCH), partition_key=b))
         runtime.batches.finish(unchanged=batches - len(todo))
     with run.timed("memory"):  # batches whose chunks did not change but whose model or prompt did
         gen = runtime.generator(s)
         for b in memory.pending(s, [r["batch"] for r in metadata.all_batches(s.brb_db)], gen and gen.model_id):
             runtime.cancel.check()
-            _keep_memory(run, run.materialize(dg.AssetSelection.assets("batch_topics", "person_profiles"),
+            _keep_memory(run, run.materialize("memory_job", dg.AssetSelection.assets("batch_topics", "person_profiles"),
                                               partition_key=b))
     return todo, batches
 

@@ -339,7 +339,7 @@ def _browser():
                 "--window-size=1280,900"):
         opts.add_argument(arg)
     opts.binary_location = shutil.which(binary)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
     from selenium.webdriver.chrome.service import Service
 
     return webdriver.Chrome(options=opts, service=Service(shutil.which("chromedriver")))
@@ -369,5 +369,140 @@ def test_html_in_headless_browser_search_filters_and_click_lists(tmp_path):
         assert len(items) == 21 and "Mehmet · 2024-02-" in items[1].text
         errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
         assert errors == []
+    finally:
+        driver.quit()
+
+
+def _points_on_canvas(driver, contact: str) -> list[tuple[float, float]]:
+    """Screen positions (canvas pixels) of a contact's points, read from the page's own state."""
+    return driver.execute_script(
+        "const o=[];for(let i=0;i<D.x.length;i++)if(D.contacts[D.k[i]]===arguments[0])"
+        "o.push([sx(D.x[i]),sy(D.y[i])]);return o", contact)
+
+
+def _click_at(driver, element, x: float, y: float, *, shift_drag_to=None):
+    """A real pointer click (or shift-drag) at pixel (x, y) of ``element`` (selenium offsets
+    are from the element's centre)."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    w, h = element.size["width"], element.size["height"]
+    chain = ActionChains(driver).move_to_element_with_offset(element, int(x - w / 2), int(y - h / 2))
+    if shift_drag_to is None:
+        chain.click().perform()
+        return
+    (chain.key_down(Keys.SHIFT).click_and_hold()
+     .move_by_offset(int(shift_drag_to[0] - x), int(shift_drag_to[1] - y))
+     .release().key_up(Keys.SHIFT).perform())
+
+
+def test_html_in_browser_person_time_area_neighbours_and_search_zoom(tmp_path):
+    """The explorer's flow: person + month in two gestures, an area's samples, a point's
+    neighbours, search that zooms to its matches, chips that undo; nothing is requested."""
+    driver = _browser()
+    try:
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.support.ui import Select
+
+        files = write_map(tmp_path, _points(), title="Explorer")
+        driver.get(files.html.resolve().as_uri())
+        count = driver.find_element(By.ID, "count")
+        listed = lambda: driver.find_elements(By.CSS_SELECTOR, "#list .it")  # noqa: E731
+        # Sam: cluster 0 (January, every third chunk) and cluster 2 (March, every other one).
+        Select(driver.find_element(By.ID, "who")).select_by_visible_text("Sam (16)")
+        assert count.text == "16 of 63 chunks match"
+        hist = driver.find_element(By.ID, "hist")
+        bw = (hist.size["width"] - 20) / 6  # six months, Jan..Jun 2024, 10 px margins
+        _click_at(driver, hist, 10 + 2.5 * bw, 30)  # March
+        assert count.text == "10 of 63 chunks match"
+        assert driver.find_element(By.ID, "range").text.startswith("Mar 2024")
+        items = listed()
+        assert items[0].text == "10 matching chunks, newest first" and len(items) == 11
+        assert all(i.text.startswith("Sam · 2024-03-") for i in items[1:])
+        assert [c.text for c in driver.find_elements(By.CSS_SELECTOR, "#clusters .cl")] == [
+            LABELS[2] + "\n10 / 20"]
+        # The chips undo one filter each.
+        chips = driver.find_elements(By.CSS_SELECTOR, "#chips .chip")
+        assert [c.text for c in chips] == ["person: Sam ×", "time: Mar 2024 ×"]
+        chips[1].click()
+        chips = driver.find_elements(By.CSS_SELECTOR, "#chips .chip")
+        chips[0].click()
+        assert count.text == "63 chunks" and driver.find_elements(By.CSS_SELECTOR, "#chips .chip") == []
+        # Shift-drag a box around Mehmet's cluster: its 20 chunks are the samples.
+        canvas = driver.find_element(By.ID, "cv")
+        pts = _points_on_canvas(driver, "Mehmet")
+        xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+        _click_at(driver, canvas, min(xs) - 6, min(ys) - 6, shift_drag_to=(max(xs) + 6, max(ys) + 6))
+        assert count.text == "20 of 63 chunks match"
+        assert all("Mehmet · 2024-02-" in i.text for i in listed()[1:]) and len(listed()) == 21
+        driver.find_element(By.CSS_SELECTOR, "#chips .chip").click()  # "area: 20 chunks ×"
+        # Click one of Mehmet's points: it and its 10 nearest chunks, all in that cluster.
+        _click_at(driver, canvas, *pts[3])
+        items = listed()
+        assert items[0].text.startswith("Nearest on the map") and len(items) == 12
+        assert all(LABELS[1] in i.text for i in items[1:])
+        # Search + Enter: the matches are listed and the view zooms onto them.
+        scale = driver.execute_script("return view.s")
+        box = driver.find_element(By.ID, "q")
+        box.send_keys("mehmet")
+        box.send_keys("\n")
+        assert count.text == "20 of 63 chunks match"
+        assert listed()[0].text == "20 matching chunks, newest first"
+        assert driver.execute_script("return view.s") > 1.5 * scale
+        perf = [json.loads(e["message"])["message"] for e in driver.get_log("performance")]
+        urls = {m["params"]["request"]["url"] for m in perf if m.get("method") == "Network.requestWillBeSent"}
+        assert urls == {files.html.resolve().as_uri()}  # the page itself, nothing else
+        assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"] == []
+    finally:
+        driver.quit()
+
+
+def _two_topic_cluster() -> pl.DataFrame:
+    """Cluster 0: 150 chunks, flights on the left and soup on the right; cluster 1: 30 others."""
+    rng = np.random.default_rng(3)
+    rows = []
+    for i in range(180):
+        cid, side = (0, i % 2) if i < 150 else (1, 2)
+        x, words = [(0.0, "the flight to lisbon needs a visa at the airport"),
+                    (3.0, "the lentil soup recipe wants a hot oven"),
+                    (9.0, "the guitar concert tickets sold out")][side]
+        who = ["Ana", "Ben", "Cem"][i % 3]
+        rows.append({"x": x + rng.normal(0, 0.3), "y": rng.normal(0, 0.3), "cluster_id": cid,
+                     "label": "Big" if cid == 0 else "Music", "contact": who, "date": date(2024, 1 + i % 12, 1),
+                     "snippet": words[:30],
+                     "content": f"Conversation with {who}, 2024-01-01\n{who} (10:00): {words} {i}\nMe (10:01): ok {words}"})
+    return pl.DataFrame(rows)
+
+
+def test_big_clusters_get_subtopic_labels_where_their_parts_lie():
+    from brb_pipeline.core.insights.subtopics import subtopics
+
+    subs = subtopics(_two_topic_cluster(), names=["Ana", "Ben", "Cem"])
+    assert {t["cluster_id"] for t in subs} == {0}  # 30 chunks are too few to split
+    assert sorted(t["n"] for t in subs) == [75, 75]
+    left, right = sorted(subs, key=lambda t: t["x"])
+    assert left["x"] < 1 < 2 < right["x"]
+    words = lambda t: set(t["label"].lower().replace("·", " ").split())  # noqa: E731
+    assert words(left) & {"flight", "lisbon", "visa", "airport"} and not words(left) & {"soup", "oven", "lentil"}
+    assert words(right) & {"soup", "oven", "lentil", "recipe"} and not words(right) & {"flight", "visa"}
+    assert not any(words(t) & {"ana", "ben", "cem"} for t in subs)
+
+
+def test_html_shows_subtopics_only_when_zoomed_in(tmp_path):
+    files = write_map(tmp_path, _two_topic_cluster(), title="Zoom")
+    page = files.html.read_text(encoding="utf-8")
+    data = json.loads(page.split('<script id="data" type="application/json">')[1].split("</script>")[0])
+    assert len(data["sub"]) == 2 and "needs a visa" not in page  # labels, never the chunk text
+    driver = _browser()
+    try:
+        driver.get(files.html.resolve().as_uri())
+        assert driver.execute_script("return window.__subLabels") == 0
+        from selenium.webdriver.common.by import By
+
+        driver.find_elements(By.CSS_SELECTOR, "#clusters .cl")[0].click()  # "Big", then zoom onto it
+        assert driver.execute_script("return window.__subLabels") == 0
+        driver.execute_script("zoomToVisible()")
+        assert driver.execute_script("return view.s / S0") > 1.8
+        assert driver.execute_script("return window.__subLabels") == 2
     finally:
         driver.quit()

@@ -50,6 +50,13 @@ def _wait_http(url: str, seconds: float) -> None:
     raise AssertionError(f"{url} did not answer within {seconds} s")
 
 
+def _graphql(port: int, query: str) -> dict:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/graphql", data=json.dumps({"query": query}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return json.loads(resp.read())["data"]
+
+
 def _last_success(db: Path) -> dict | None:
     from brb_pipeline.core import metadata
 
@@ -60,6 +67,7 @@ def _last_success(db: Path) -> dict | None:
 @pytest.mark.parametrize("encrypted", [False, True], ids=["plaintext", "encrypted"])
 def test_launchpad_with_a_name_runs_that_persons_batch(tmp_path, monkeypatch, encrypted):
     from selenium import webdriver
+    from selenium.common.exceptions import ElementClickInterceptedException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
@@ -104,9 +112,18 @@ def test_launchpad_with_a_name_runs_that_persons_batch(tmp_path, monkeypatch, en
             skip.click()
         WebDriverWait(driver, 20).until_not(ec.presence_of_element_located((By.CSS_SELECTOR, ".dagster-backdrop")))
         driver.save_screenshot(str(tmp_path / "launchpad.png"))
-        launch = wait.until(ec.element_to_be_clickable(
-            (By.XPATH, "//button[contains(translate(., 'LAUNCHRUN', 'launchrun'), 'launch run')]")))
-        launch.click()
+        for attempt in range(4):  # the dialog can also open a moment later, over the button
+            launch = wait.until(ec.element_to_be_clickable(
+                (By.XPATH, "//button[contains(translate(., 'LAUNCHRUN', 'launchrun'), 'launch run')]")))
+            try:
+                launch.click()
+                break
+            except ElementClickInterceptedException:
+                for skip in driver.find_elements(By.XPATH, "//button[normalize-space(.)='Skip']"):
+                    skip.click()
+                time.sleep(1)
+        else:
+            raise AssertionError("Launch Run stayed covered by a dialog")
         deadline = time.time() + 300
         after = None
         while time.time() < deadline:
@@ -117,6 +134,19 @@ def test_launchpad_with_a_name_runs_that_persons_batch(tmp_path, monkeypatch, en
         driver.save_screenshot(str(tmp_path / "after_launch.png"))
         assert after and after["run_id"] != before, "the launched run never finished an ingestion"
         assert after["batches_processed"] == [batch]  # that person's batch, and only it
+        # its child runs: named by what they do, tagged with the UI and their parent, in the
+        # code location, so the Overview timeline lists them (and no ephemeral job)
+        children = _graphql(port, '{ runsOrError(filter: {tags: [{key: "brb/source", value: "ui"}]}) '
+                                  '{ ... on Runs { results { jobName runId repositoryOrigin { repositoryLocationName } '
+                                  'tags { key value } } } } }')["runsOrError"]["results"]
+        parent = {r["runId"] for r in _graphql(port, '{ runsOrError(filter: {pipelineName: "contact_backfill_job"}) '
+                                                     '{ ... on Runs { results { runId } } } }')["runsOrError"]["results"]}
+        assert {c["jobName"] for c in children} == {"ingest_job", "batch_job", "store_job"}
+        assert all({"key": "brb/parent_run", "value": next(iter(parent))} in c["tags"] for c in children)
+        assert {c["repositoryOrigin"]["repositoryLocationName"] for c in children} == {"brb_pipeline"}
+        driver.get(f"http://127.0.0.1:{port}/overview/timeline")
+        WebDriverWait(driver, 60).until(lambda d: "batch_job" in d.execute_script("return document.body.innerText"))
+        assert "__ephemeral" not in driver.execute_script("return document.body.innerText")
     finally:
         if driver is not None:
             driver.quit()

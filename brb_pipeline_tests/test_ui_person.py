@@ -118,6 +118,17 @@ def test_contact_backfill_job_runs_only_that_persons_batch(home):
     assert target["display_name"] not in repr(meta)  # the name is in the run config only
     # nested runs: the ingestion, that one partition, then the store, indexes and insights
     assert _partitions_run(instance, before | {result.run_id}) == [target["batch"]]
+    # ... named by what they do, each tagged with the UI run that started it
+    children = [r for r in instance.get_runs() if r.run_id not in before | {result.run_id}]
+    assert {r.job_name for r in children} == {"ingest_job", "batch_job", "finalize_job"}
+    assert {(r.tags["brb/source"], r.tags["brb/parent_run"], r.tags["brb/parent_job"]) for r in children} == {
+        ("ui", result.run_id, "contact_backfill_job")}
+    assert not any(r.job_name.startswith("__") for r in instance.get_runs())  # no ephemeral job
+    # in the code location brb ui loads, so the Overview timeline and the job's Runs tab list them
+    origins = {(r.remote_job_origin.repository_origin.code_location_origin.location_name,
+                r.remote_job_origin.job_name) for r in children}
+    assert origins == {("brb_pipeline", "ingest_job"), ("brb_pipeline", "batch_job"), ("brb_pipeline", "finalize_job")}
+    assert {r.tags["brb/source"] for r in instance.get_runs() if r.run_id in before} == {"cli"}
     assert meta["chunks"].value == first["chunks"]  # a rerun partition replaces, never duplicates
     assert (s.insights_dir / "map.html").stat().st_size > 10_000
     hits = run_search(s, "the", embedder=HashEmbedder(), contacts=[target["contact_id"]], k=3)["hits"]

@@ -20,6 +20,18 @@ if [ "$(uname -s)" = "Linux" ] && ! ldconfig -p 2>/dev/null | grep -q 'libopenbl
   fi
 fi
 
+# Headless Chromium + chromedriver for the browser tests (the map, the Dagster UI); they skip
+# where it is missing, so a machine without root or apt still sets up.
+if [ "$(uname -s)" = "Linux" ] && ! command -v chromedriver >/dev/null; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
+    echo "setup - installing chromium and chromium-driver (browser tests)" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) >/dev/null \
+      || echo "setup - WARNING: could not install Chromium; the browser tests will be skipped" >&2
+  else
+    echo "setup - note: chromedriver not found and not root; the browser tests will be skipped" >&2
+  fi
+fi
+
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e ".[test]"

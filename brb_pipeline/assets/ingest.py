@@ -43,9 +43,11 @@ def contacts(brb: BrbSettings) -> dg.MaterializeResult:
 def contact_batches(context: dg.AssetExecutionContext, brb: BrbSettings,
                     runtime: dg.ResourceParam[Runtime]) -> dg.MaterializeResult:
     """Contacts grouped into batches (top 50 by messages 10 to a batch, the rest 50 to a batch),
-    registered as the dynamic partitions of every per-batch asset. Its metadata's ``people``
-    table says which batch (partition) holds whom; ``brb forget`` wipes it. ``changed`` is for
-    display: what runs next is ``pipeline.incremental.pending_work``'s call."""
+    registered as the dynamic partitions of every per-batch asset. In a plaintext home its
+    metadata's ``people`` table says which batch (partition) holds whom (``brb forget`` wipes
+    it); an encrypted home (the default) leaves it out, since Dagster's event log is not
+    encrypted: there, `contact_backfill_job` takes the name and finds the batch locally.
+    ``changed`` is for display: what runs next is ``pipeline.incremental.pending_work``'s call."""
     s = brb.load()
     keys, changed, meta = ingest.run_batches(s, runtime.embedder(s).model_id)
     name = contact_batches_partitions.name

@@ -30,12 +30,14 @@ class ContactBackfillConfig(dg.Config):
 
 def backfill_contact(s: Settings, contact: str, *, progress: Progress | None = None,
                      cancel: CancelToken | None = None, load_embedder: Callable[[Settings], Any] | None = None,
-                     insights: bool = True, reembed: bool = False) -> dict[str, Any]:
+                     insights: bool = True, reembed: bool = False,
+                     run_tags: dict[str, str] | None = None) -> dict[str, Any]:
     """Run ``contact``'s batch and the finalize step; returns ``run_ingest``'s summary.
 
     Args:
         load_embedder: gives the embedder, called only once the name is resolved (a mistyped
             name does not wait for a model to load); default: the one the settings name.
+        run_tags: tags on each run it starts (the UI's: ``brb/source: ui`` and the parent run).
 
     Raises:
         BrbError: nothing ingested yet, or no (or more than one) contact matches ``contact``.
@@ -47,7 +49,15 @@ def backfill_contact(s: Settings, contact: str, *, progress: Progress | None = N
         raise BrbError(f"nothing ingested in {s.home}: run `brb ingest` (or materialize all) first")
     ids = find_contacts(s.brb_db, [contact], default_region=s.default_region)
     return run_ingest(s, progress=progress, cancel=cancel, only_contacts=ids,
-                      embedder=load_embedder(s) if load_embedder else None, analyze=insights, reembed=reembed)
+                      embedder=load_embedder(s) if load_embedder else None, analyze=insights, reembed=reembed,
+                      run_tags=run_tags)
+
+
+def _child_tags(context: dg.OpExecutionContext) -> dict[str, str]:
+    """Tags of the runs a UI backfill starts: launched from the UI, by this run (no name: a tag
+    outlives a delete in Dagster's run storage, and the person is in this run's config only)."""
+    source = "ui" if context.run.tags.get("brb/source") != "cli" else "cli"
+    return {"brb/source": source, "brb/parent_run": context.run_id, "brb/parent_job": context.job_name}
 
 
 @dg.op(description="Resolve `contact` and run that person's batch (chunks, embeddings), then the store, "
@@ -59,7 +69,8 @@ def backfill_contact_op(context: dg.OpExecutionContext, config: ContactBackfillC
     progress = runtime.progress if runtime.progress.sinks else Progress([LoggerSink(context.log)])
     try:
         summary = backfill_contact(s, config.contact, progress=progress, cancel=runtime.cancel,
-                                   load_embedder=runtime.embedder, insights=config.insights, reembed=config.reembed)
+                                   load_embedder=runtime.embedder, insights=config.insights, reembed=config.reembed,
+                                   run_tags=_child_tags(context))
     except BrbError as e:  # the UI shows the description, not a traceback
         raise dg.Failure(description=f"brb: error: {e}", allow_retries=False) from None
     # batch keys and counts only: the person's name is in the run config, never in metadata

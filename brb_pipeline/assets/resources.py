@@ -33,11 +33,15 @@ class Runtime:
     Args:
         reembed: ignore the vectors of unchanged chunks (``brb ingest --reembed``).
         generator: the distilled memory's text generator (tests pass a scripted one).
+        run_tags: tags on every Dagster run the runner starts (a UI backfill's children carry
+            ``brb/source: ui`` and their parent run's id).
     """
 
     def __init__(self, progress: Progress | None = None, cancel: CancelToken | None = None,
-                 embedder: Any | None = None, *, reembed: bool = False, generator: Any | None = None) -> None:
+                 embedder: Any | None = None, *, reembed: bool = False, generator: Any | None = None,
+                 run_tags: dict[str, str] | None = None) -> None:
         self.progress = progress or Progress()
+        self.run_tags = dict(run_tags or {})  # added to every Dagster run the headless runner starts
         self.cancel = cancel or CancelToken()
         self.reembed = reembed
         self.batches = BatchProgress(self.progress)  # planned by the headless runner; idle in the UI

@@ -294,7 +294,7 @@ def map_points(s: Settings) -> tuple[pl.DataFrame, pl.DataFrame]:
             _snippet(pl.col("content")).alias("snippet"),
         )
         .select("chunk_id", "x", "y", pl.col("x3"), pl.col("y3"), pl.col("z3").alias("z"), "cluster_id", "label",
-                "contact", "date", "start_ts", "snippet")
+                "contact", "date", "start_ts", "snippet", "content")  # content: sub-topics, never drawn
     )
     summary = cluster_summary(points)
     summary = summary.join(labels.select("cluster_id", "terms", "label_source"), on="cluster_id", how="left") \

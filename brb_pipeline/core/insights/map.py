@@ -32,6 +32,7 @@ import polars as pl
 from brb_pipeline.core.insights.map_page import html_2d
 from brb_pipeline.core.insights.map_png import write_png
 from brb_pipeline.core.insights.map_style import color
+from brb_pipeline.core.insights.subtopics import subtopics
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +217,9 @@ def write_map(out_dir: Path, points: pl.DataFrame | Mapping[str, Any],
 
     Args:
         out_dir: destination directory (created).
-        points: see :func:`as_points`.
+        points: see :func:`as_points`; a ``content`` column (a polars DataFrame's) adds the
+            sub-topic labels of big clusters (:func:`~brb_pipeline.core.insights.subtopics.subtopics`)
+            to the 2-D page; the text itself is not written.
         clusters: a :func:`cluster_summary` (computed from ``points`` when omitted).
         title: figure title.
         stem: file name stem.
@@ -227,6 +230,9 @@ def write_map(out_dir: Path, points: pl.DataFrame | Mapping[str, Any],
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     df = as_points(points)
+    # A ``content`` column (the chunk text, never written out) gives the big clusters sub-topics.
+    sub = subtopics(points, names=df["contact"].unique().to_list()) \
+        if isinstance(points, pl.DataFrame) and "content" in points.columns else None
     summary = clusters if clusters is not None else cluster_summary(df)
     centre_cols = ["x", "y", "z", "x3", "y3", "z3"]
     if summary.height and not set(centre_cols) <= set(summary.columns):
@@ -238,7 +244,7 @@ def write_map(out_dir: Path, points: pl.DataFrame | Mapping[str, Any],
     tmps: list[tuple[Path, Path]] = []
     try:
         for target, render in (
-            (files.html, lambda p: p.write_text(html_2d(df, summary, title), encoding="utf-8")),
+            (files.html, lambda p: p.write_text(html_2d(df, summary, title, sub), encoding="utf-8")),
             (files.html_3d, lambda p: _write_html(p, figure_3d(df, summary, title))),
             (files.png, lambda p: write_png(p, df, summary, title)),
         ):

@@ -1,0 +1,167 @@
+"""The 2-D map page at scale, in headless Chromium: open time, filter time, page size.
+
+Builds a synthetic points table (``--points``, default 64,000: 40 clusters of Gaussian blobs plus
+10% noise, 300 contacts, dates over 4 years, 90-character snippets; no real data), renders the
+page with :func:`~brb_pipeline.core.insights.map_page.html_2d`, opens it from a private temp folder
+in headless Chromium (selenium) and measures:
+
+- **open**: navigation start to the page's first drawn frame (``window.__mapReady``, set after the
+  first draw; falls back to the load event for pages that do not set it);
+- **search / contact / time / cluster filter**: wall time of the synchronous handler, re-draw
+  included, measured in the page with ``performance.now()`` around a dispatched event, median of 5;
+- **time filter**: extending a brush on the month histogram (``#hist``) from 10% to 35% of its
+  width (one mousemove: the step a drag repeats), and the double-click that clears it;
+- **frame**: one full redraw (``window.__map.draw`` when the page exposes it), median of 5;
+- **bytes**: the HTML file's size;
+- **requests**: every network request Chromium's performance log records other than the page's own
+  ``file://`` URL (must be 0: the page is offline).
+
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_map.py --points 64000 --out benchmarks/results/map_64k.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from brb_pipeline.core.insights.map import as_points, cluster_summary  # noqa: E402
+from brb_pipeline.core.insights.map_page import html_2d  # noqa: E402
+
+WORDS = ("ferry harbour dinner tickets rent landlord exam thesis hike trail recipe oven guitar "
+         "concert visa passport garden tomato bike repair flight delay puppy vet budget tax").split()
+
+
+def synthetic_points(n: int, seed: int = 7) -> pl.DataFrame:
+    """``n`` points in 40 blobs + 10% noise, with contacts, dates and snippets (no real data)."""
+    rng = np.random.default_rng(seed)
+    k = 40
+    centres = rng.uniform(-20, 20, size=(k, 2))
+    cluster = rng.integers(0, k, size=n)
+    xy = centres[cluster] + rng.normal(0, 0.8, size=(n, 2))
+    noise = rng.random(n) < 0.10
+    cluster[noise] = -1
+    xy[noise] = rng.uniform(-25, 25, size=(int(noise.sum()), 2))
+    days = rng.integers(0, 4 * 365, size=n)
+    dates = (np.datetime64("2021-01-01") + days.astype("timedelta64[D]")).astype(str)
+    contacts = [f"Person {i:03d}" for i in rng.integers(0, 300, size=n)]
+    snippets = [" ".join(rng.choice(WORDS, size=14)) for _ in range(n)]
+    labels = [f"topic {c} · words" if c >= 0 else "" for c in cluster]
+    return as_points({"x": xy[:, 0], "y": xy[:, 1], "cluster_id": cluster, "label": labels,
+                      "contact": contacts, "date": dates.tolist(), "snippet": snippets})
+
+
+def browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1400,900"):
+        opts.add_argument(arg)
+    opts.binary_location = shutil.which("chromium") or shutil.which("chromium-browser")
+    opts.set_capability("goog:loggingPrefs", {"performance": "ALL", "browser": "ALL"})
+    return webdriver.Chrome(options=opts, service=Service(shutil.which("chromedriver")))
+
+
+TIME_EVENT = """
+const [sel, kind, value] = arguments; const e = document.querySelector(sel);
+if (!e) return null;
+let t0 = performance.now();
+if (kind === 'input') { e.value = value; e.dispatchEvent(new Event('input')); }
+else if (kind === 'change') { e.value = value; e.dispatchEvent(new Event('change')); }
+else if (kind === 'click') { e.click(); }
+else if (kind === 'draw') { window.__map.draw(); }
+else if (kind === 'brush') {  // drag across the histogram from 10% to 35% of its width
+  const r = e.getBoundingClientRect(), y = r.top + 30;
+  const ev = (t, f) => new MouseEvent(t, {clientX: r.left + f * r.width, clientY: y, bubbles: true});
+  if (value === 'clear') { e.dispatchEvent(new MouseEvent('dblclick', {bubbles: true})); }
+  else {
+    e.dispatchEvent(ev('mousedown', 0.10)); t0 = performance.now();  // time the extend step
+    window.dispatchEvent(ev('mousemove', 0.35)); window.dispatchEvent(ev('mouseup', 0.35));
+  }
+}
+return performance.now() - t0;
+"""
+
+
+def _median(driver, sel: str, kind: str, values: list[str]) -> float | None:
+    out = []
+    for _ in range(5):
+        for v in values:
+            ms = driver.execute_script(TIME_EVENT, sel, kind, v)
+            if ms is None:
+                return None
+            out.append(ms)
+    return round(statistics.median(out), 1)
+
+
+def _requests(driver, page_url: str) -> list[str]:
+    urls = []
+    for entry in driver.get_log("performance"):
+        msg = json.loads(entry["message"])["message"]
+        if msg.get("method") == "Network.requestWillBeSent":
+            url = msg["params"]["request"]["url"]
+            if url != page_url and not url.startswith("data:"):
+                urls.append(url)
+    return urls
+
+
+def measure(n: int) -> dict:
+    df = synthetic_points(n)
+    summ = cluster_summary(df)
+    t0 = time.perf_counter()
+    page = html_2d(df, summ, "Synthetic map")
+    render_s = time.perf_counter() - t0
+    with tempfile.TemporaryDirectory(prefix="brb-map-bench-") as tmp:
+        path = Path(tmp) / "map.html"
+        path.write_text(page, encoding="utf-8")
+        driver = browser()
+        try:
+            driver.get(path.as_uri())
+            time.sleep(0.5)
+            open_ms = driver.execute_script(
+                "const t=performance.timing;return (window.__mapReady||t.loadEventEnd)-t.navigationStart")
+            contact = driver.execute_script(
+                "const s=document.querySelector('#who');return s&&s.options.length>1?s.options[1].value:null")
+            res = {
+                "points": n, "bytes": path.stat().st_size, "render_s": round(render_s, 2),
+                "open_ms": open_ms,
+                "search_ms": _median(driver, "#q", "input", ["ferry", ""]),
+                "contact_ms": _median(driver, "#who", "change", [contact, ""]) if contact else None,
+                "cluster_ms": _median(driver, "#clusters .cl", "click", [""]),
+                "frame_ms": _median(driver, "body", "draw", [""])
+                if driver.execute_script("return !!window.__map") else None,
+                "time_ms": _median(driver, "#hist", "brush", ["", "clear"]),
+                "requests": _requests(driver, path.as_uri()),
+                "severe_console": [e["message"][:200] for e in driver.get_log("browser")
+                                   if e["level"] == "SEVERE"],
+            }
+        finally:
+            driver.quit()
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--points", type=int, default=64_000)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    res = measure(args.points)
+    print(json.dumps(res, indent=2))
+    if args.out:
+        args.out.write_text(json.dumps(res, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""Labels judged against a frozen reference set: is a cluster's label about what its chats are
+about?
+
+Procedure (issue 34), fixed before any score was read:
+
+1. ``--dump``: for every cluster of a home, its 8 representative chunks (closest to the centroid,
+   then diverse; message bodies only, no labels) go to a private file outside the repository.
+2. A person reads them and writes, once, per cluster the words a label may use to say what the
+   cluster is about (``benchmarks/questions/labels_frozen.json``: the topic words, singular,
+   lower case; a cluster whose chats share no topic gets ``[]`` and counts as unlabellable).
+   That file is then frozen: its commit precedes the scores.
+3. Clusters with an even id are the dev half (for trying a change), odd ids the test half
+   (reported). The first change tried on dev, a term having to recur in >= 3 conversations of
+   its cluster, took dev from 5/7 to 3/7 topical and was dropped (the demo's chats each stay on
+   one topic, so a topic's words live in one conversation).
+4. ``--score``: the labels of each labeler; a label is **topical** when one of its words matches
+   a reference word (equal, or one a prefix of the other with >= 4 letters: "flight"/"flights")
+   and it holds no contact's name and no chat filler.
+
+The frozen set was written for ``brb demo --messages 6000 --no-encryption`` (deterministic for
+its seed) with the hash of its cluster memberships recorded, so ``--score`` refuses another home.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/judge_labels.py --home /tmp/demo --dump /tmp/reps.txt
+    PYTHONPATH=. .venv/bin/python benchmarks/judge_labels.py --home /tmp/demo --score
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import polars as pl
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_labels import FILLER, cluster_docs  # noqa: E402
+
+from brb_pipeline.core.embedding.models import load_embedder  # noqa: E402
+from brb_pipeline.core.insights.labels import (  # noqa: E402
+    EmbeddingLabeler,
+    LabelChain,
+    TfidfLabeler,
+    message_bodies,
+    name_tokens,
+    normalize_case,
+)
+from brb_pipeline.settings import Settings  # noqa: E402
+
+FROZEN = Path(__file__).resolve().parent / "questions" / "labels_frozen.json"
+
+
+def membership(s: Settings) -> str:
+    """Hash of the home's cluster assignment (which chunk is in which cluster)."""
+    df = pl.read_parquet(s.staging_dir / "insights" / "clusters.parquet")
+    return hashlib.sha256(df["cluster_id"].cast(pl.Utf8).str.join(",").item().encode()).hexdigest()[:16]
+
+
+def dump(s: Settings, out: Path) -> None:
+    docs, _, _, _ = cluster_docs(s)
+    lines = [f"membership {membership(s)}"]
+    for d in docs:
+        lines.append(f"\n=== cluster {d.cluster_id} ({len(d.texts)} chunks)")
+        for text in d.centroid_texts:
+            bodies, _ = message_bodies(text)
+            lines.append("- " + " / ".join(bodies)[:400])
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def topical(label: str, ref: list[str], bad: frozenset[str]) -> bool:
+    words = set(normalize_case(label).replace("·", " ").split())
+    if words & bad:
+        return False
+    return any(w == r or (min(len(w), len(r)) >= 4 and (w.startswith(r) or r.startswith(w)))
+               for w in words for r in ref)
+
+
+def score(s: Settings) -> None:
+    frozen = json.loads(FROZEN.read_text(encoding="utf-8"))
+    if frozen["membership"] != membership(s):
+        sys.exit("brb: error: this home's clusters are not the ones the frozen set was written for")
+    ref = {int(k): v for k, v in frozen["clusters"].items()}
+    docs, _, _, names = cluster_docs(s)
+    bad = name_tokens(names) | FILLER
+    embedder = load_embedder(s)
+    columns = {}
+    chains = {"c-TF-IDF": LabelChain(TfidfLabeler(names=names)),
+              "refined (the pipeline's)": LabelChain(
+                  TfidfLabeler(n_terms=30, names=names),
+                  EmbeddingLabeler(embedder, candidates=30, diversity=0.3, names=names))}
+    for name, chain in chains.items():
+        columns[name] = {d.cluster_id: lab.label for d, lab in zip(docs, chain.label(docs))}
+    print("| labeler | dev topical | test topical |\n|---|---|---|")
+    for name, labels in columns.items():
+        cells = []
+        for half in (0, 1):
+            ids = [c for c in ref if c % 2 == half and ref[c]]
+            ok = sum(topical(labels[c], ref[c], bad) for c in ids)
+            cells.append(f"{ok}/{len(ids)} ({ok / max(1, len(ids)):.0%})")
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    print("\n| cluster | half | reference | " + " | ".join(columns) + " |\n|---|---|---|" + "---|" * len(columns))
+    for c in sorted(ref):
+        print(f"| {c} | {'dev' if c % 2 == 0 else 'test'} | {', '.join(ref[c]) or '(none)'} | "
+              + " | ".join(f"{col[c]}{' ✓' if topical(col[c], ref[c], bad) else ''}" for col in columns.values()) + " |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--home", type=Path, required=True)
+    ap.add_argument("--dump", type=Path, help="write the representatives here (outside the repo)")
+    ap.add_argument("--score", action="store_true")
+    args = ap.parse_args()
+    s = Settings.load(args.home)
+    if args.dump:
+        dump(s, args.dump)
+    if args.score:
+        score(s)
+
+
+if __name__ == "__main__":
+    main()
