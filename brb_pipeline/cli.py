@@ -261,8 +261,12 @@ def demo(messages, whatsapp, mail, progress_mode, home, no_encryption):
 @home_opt
 def status(as_json, home):
     """What is stored: messages, contacts, chunks, model, last ingestion, enabled channels."""
+    from brb_pipeline.pipeline.keys import data_key
+
     s = _settings(home)
     st = status_dict(s)
+    if st["encryption"].get("key_ok") is False and s.brb_db.exists():
+        data_key(s.home)  # raises the key error: a home we cannot open is not an empty one
     if as_json:
         click.echo(json.dumps(st, indent=2, default=str))
         return
