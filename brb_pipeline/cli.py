@@ -89,10 +89,11 @@ def _settings(home: Path | None, write: bool = False, **overrides: Any) -> Setti
               help="Stop at the next batch boundary when this file appears.")
 @click.option("--no-insights", is_flag=True, help="Skip the insights map.")
 @click.option("--reembed", is_flag=True, help="Embed every chunk again (e.g. after upgrading MLX).")
+@click.option("--no-wait", is_flag=True, help="Refuse at once when another ingest runs on this home.")
 @no_encryption_opt
 @home_opt
 def ingest(chat_db, addressbook, whatsapp, no_whatsapp, mail, no_mail, contacts, progress_mode, cancel_file,
-           no_insights, reembed, no_encryption, home):
+           no_insights, reembed, no_wait, no_encryption, home):
     """Snapshot the sources and run every stage: parse, chunk, embed, store, index, map.
 
     On macOS, with no source given or saved, reads ~/Library/Messages/chat.db and
@@ -113,11 +114,12 @@ def ingest(chat_db, addressbook, whatsapp, no_whatsapp, mail, no_mail, contacts,
     if s.imessage_enabled:  # a private chat.db: Full Disk Access is the first thing to say
         settings_mod.check_source_readable(s.chat_db, "chat.db")
     s.check_writable()
-    _run_ingest(s, progress_mode, cancel_file, list(contacts), analyze=not no_insights, reembed=reembed)
+    _run_ingest(s, progress_mode, cancel_file, list(contacts), analyze=not no_insights, reembed=reembed,
+                wait=not no_wait)
 
 
 def _run_ingest(s: Settings, progress_mode: str | None, cancel_file: Path | None, contacts: list[str],
-                analyze: bool = True, reembed: bool = False) -> dict[str, Any]:
+                analyze: bool = True, reembed: bool = False, wait: bool = True) -> dict[str, Any]:
     from brb_pipeline.core.progress import CancelToken, JsonlSink, Progress, RichSink
 
     mode = progress_mode or ("bars" if sys.stderr.isatty() else "none")
@@ -145,7 +147,15 @@ def _run_ingest(s: Settings, progress_mode: str | None, cancel_file: Path | None
             click.echo(f"brb: {MAIL_WARNING}", err=True)
     try:
         with stack:
+            from brb_pipeline.pipeline.homelock import hold
             from brb_pipeline.runner import run_ingest
+
+            def waiting(line: str) -> None:  # another ingest holds the home: say so once
+                progress.log("warning", line)
+                if mode != "jsonl":
+                    click.echo(f"brb: {line}", err=True)
+
+            stack.enter_context(hold(s.home, wait=wait, cancelled=lambda: cancel.cancelled, on_wait=waiting))
 
             contact_ids = _resolve_contacts(s, contacts) if contacts else None
             result = _in_worker(lambda: run_ingest(s, progress=progress, cancel=cancel, only_contacts=contact_ids,

@@ -31,7 +31,7 @@ from brb_pipeline.core import metadata
 from brb_pipeline.core import errors as errors_mod
 from brb_pipeline.core.errors import BrbError, CancelledError, CheckFailedError
 from brb_pipeline.core.progress import CancelToken, Progress
-from brb_pipeline.pipeline import keys, memory, paths
+from brb_pipeline.pipeline import homelock, keys, memory, paths
 from brb_pipeline.pipeline.incremental import force_batches, pending_work
 from brb_pipeline.settings import Settings
 
@@ -273,9 +273,17 @@ def run_ingest(
         generator: the distilled memory's text generator (default: ``llm_model_path``'s).
     """
     _guard_sources(s)
-    keys.prepare_home(s)  # the home's mode and key, before brb.db records the run
     progress = progress or Progress()
-    runtime = Runtime(progress, cancel or CancelToken(), embedder, reembed=reembed, generator=generator)
+    cancel = cancel or CancelToken()
+    with homelock.hold(s.home, cancelled=lambda: cancel.cancelled, on_wait=lambda m: progress.log("warning", m)):
+        return _locked_ingest(s, progress, cancel, only_contacts, embedder, analyze, reembed, generator)
+
+
+def _locked_ingest(s: Settings, progress: Progress, cancel: CancelToken, only_contacts: list[str] | None,
+                   embedder: Any | None, analyze: bool, reembed: bool, generator: Any | None) -> dict[str, Any]:
+    """:func:`run_ingest` once the home's writer lock is held."""
+    keys.prepare_home(s)  # the home's mode and key, before brb.db records the run
+    runtime = Runtime(progress, cancel, embedder, reembed=reembed, generator=generator)
     run = _Run(s, runtime)
     stop_forwarding = progress.forward_logs()  # pipeline warnings reach JSON lines, not only stderr
     try:

@@ -171,3 +171,104 @@ def test_a_config_json_of_random_bytes_is_one_line_from_every_command(world, con
         r = brb(*args, home=home, env=world["env"])
         assert one_line_error(r, *args) == f"brb: error: {cfg}: not valid JSON; fix or delete it", args
     assert cfg.read_bytes() == content and (home / "brb.db").exists()  # nothing replaced, nothing deleted
+
+
+# 2. two ingests on one home --------------------------------------------------------------------
+
+def _start(args: list[str], home: Path, env: dict):
+    import subprocess
+    import sys
+
+    return subprocess.Popen([sys.executable, "-m", "brb_pipeline.cli", *args, "--home", str(home)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+
+
+def _lock_holder_pid(home: Path, proc, timeout: float = 120) -> int:
+    """Wait until ``proc`` holds the home's writer lock (the lock file names it)."""
+    import time
+
+    from brb_pipeline.pipeline.homelock import holder
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if holder(home).get("pid") == proc.pid:
+            return proc.pid
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        time.sleep(0.1)
+    raise AssertionError("the first ingest never took the lock")
+
+
+def _stderr_line(proc, needle: str, timeout: float = 120) -> str:
+    """Read ``proc``'s stderr until a line holds ``needle`` (the process keeps running)."""
+    import select
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stderr], [], [], 0.5)
+        if ready:
+            line = proc.stderr.readline()
+            if needle in line:
+                return line
+            assert line or proc.poll() is None, "the second ingest ended without waiting"
+    raise AssertionError(f"no line with {needle!r}")
+
+
+def test_a_second_ingest_waits_for_the_first_or_refuses_with_no_wait(world):
+    import signal
+
+    home = home_copy(world, "plain", "two-ingests")
+    env = world["env"]
+    first = _start(["ingest", "--progress", "none", "--no-insights", "--reembed"], home, env)
+    pid = _lock_holder_pid(home, first)
+    os.kill(pid, signal.SIGSTOP)  # the first ingest is mid-run and stays there
+    try:
+        line = one_line_error(brb("ingest", "--progress", "none", "--no-wait", home=home, env=env))
+        assert f"another ingest (pid {pid}, started " in line and "is running" in line, line
+        second = _start(["ingest", "--progress", "none", "--no-insights"], home, env)
+        line = _stderr_line(second, "waiting")
+        assert f"brb: another ingest (pid {pid}, started " in line and "waiting, Ctrl-C to stop" in line, line
+        # a run the UI, a sensor or the schedule starts waits as well (the `brb` resource holds the lock)
+        ui_run = _start_dagster_job(home, env)
+        line = _stderr_line(ui_run, "waiting, Ctrl-C to stop")
+        assert f"another ingest (pid {pid}, started " in line, line
+        assert ui_run.poll() is None and second.poll() is None  # both still waiting for the stopped one
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    for p in (first, second, ui_run):
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-3000:]
+        assert "Traceback" not in err and "internal error" not in err
+    st = json.loads(brb("status", "--json", home=home, env=env).stdout)
+    assert st["last_ingestion"]["status"] == "success" and st["search_ready"] and st["chunks"] > 0
+
+
+def _start_dagster_job(home: Path, env: dict):
+    """A Dagster run of ``ingest_job`` as the UI starts one: its own process, the definitions'
+    resources (nothing of the CLI's)."""
+    import subprocess
+    import sys
+
+    code = ("import dagster as dg\n"
+            "from brb_pipeline.definitions import defs\n"
+            "from brb_pipeline.runner import instance_for\n"
+            "from brb_pipeline.settings import Settings\n"
+            "s = Settings.load()\n"
+            "r = defs.get_job_def('ingest_job').execute_in_process(instance=instance_for(s))\n"
+            "assert r.success\n")
+    return subprocess.Popen([sys.executable, "-c", code], env={**env, "BRB_HOME": str(home)}, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+
+
+def test_a_lock_left_by_a_killed_ingest_is_taken_over(world):
+    home = home_copy(world, "plain", "stale-lock")
+    r = brb("ingest", "--progress", "none", "--no-insights", "--reembed", home=home,
+            env={**world["env"], "BRB_FAULT": "chunks_written"})
+    assert r.returncode == -9, r.stderr[-2000:]
+    from brb_pipeline.pipeline.homelock import holder
+
+    assert holder(home)["pid"]  # the dead process still named in the file
+    r = brb("ingest", "--progress", "none", "--no-insights", "--no-wait", home=home, env=world["env"])
+    assert r.returncode == 0, r.stderr[-2000:]
+    st = json.loads(brb("status", "--json", home=home, env=world["env"]).stdout)
+    assert st["last_ingestion"]["status"] == "success" and st["search_ready"]
