@@ -277,6 +277,8 @@ def status(as_json, home):
     st = status_dict(s)
     if st["encryption"].get("key_ok") is False and s.brb_db.exists():
         data_key(s.home)  # raises the key error: a home we cannot open is not an empty one
+    if _finish_forgets(s):
+        st = status_dict(s)
     if as_json:
         click.echo(json.dumps(st, indent=2, default=str))
         return
@@ -340,6 +342,7 @@ def search(query, contacts, since, until, mode, k, channel, context, diversity, 
     from brb_pipeline.pipeline.query import Searcher, run_search_cold
 
     s = _settings(home)
+    _finish_forgets(s)  # a `brb forget` killed half-way is finished before anything is shown
     options = dict(mode=mode, k=k, contacts=list(contacts) or None, since=_parse_date(since, "--since"),
                    until=_parse_date(until, "--until"), channel=channel, route=not no_route, context=context,
                    diversity=diversity)
@@ -418,20 +421,66 @@ def search_log(clear, limit, home):
 @home_opt
 def forget(contacts, yes, home):
     """Remove a contact's data from every place brb keeps it, and skip them in future ingestions."""
-    from brb_pipeline.core.contacts.lookup import find_contacts
+    from brb_pipeline.pipeline.homelock import hold
     from brb_pipeline.pipeline.privacy import forget_contacts
-    from brb_pipeline.runner import wipe_derived_events
 
     s = _settings(home)
     if not s.brb_db.exists():
         raise BrbError(f"nothing stored in {s.home}")
-    ids = find_contacts(s.brb_db, list(contacts), default_region=s.default_region)
-    if not yes:
+    finished = _finish_forgets(s, wait=True)
+    ids, already = _forget_targets(s, list(contacts), finished)
+    if ids and not yes:
         click.confirm(f"Forget {len(ids)} contact(s) everywhere in {s.home}?", abort=True)
-    report = forget_contacts(s, ids)
-    report["dagster_events_wiped"] = wipe_derived_events(s)
+    report: dict[str, Any] = {"contacts": 0, "already_forgotten": already, "interrupted_forgets_finished": len(finished)}
+    if ids:
+        with hold(s.home, what="forget", on_wait=lambda m: click.echo(f"brb: {m}", err=True)):
+            report = {**forget_contacts(s, ids, finish=_wipe_events), "already_forgotten": already,
+                      "interrupted_forgets_finished": len(finished)}
     click.echo(json.dumps(report, indent=2))
     click.echo("brb: forgotten. The map is redrawn at the next `brb ingest`.", err=True)
+
+
+def _wipe_events(s: Settings) -> dict[str, int]:
+    from brb_pipeline.runner import wipe_derived_events
+
+    return {"dagster_events_wiped": wipe_derived_events(s)}
+
+
+def _finish_forgets(s: Settings, wait: bool = False) -> list[dict]:
+    """Finish a `brb forget` that was killed half-way (see pipeline/forget_journal.py). Without
+    ``wait`` a home another run holds is left to that run (an ingest finishes it first)."""
+    from brb_pipeline.pipeline import forget_journal
+    from brb_pipeline.pipeline.homelock import HomeBusyError, hold
+
+    if not forget_journal.pending(s):
+        return []
+    if "pandas" in sys.modules and sys.modules["pandas"] is None:  # search's stand-in: Dagster needs the real one
+        del sys.modules["pandas"]
+    try:
+        with hold(s.home, what="forget", wait=wait, on_wait=lambda m: click.echo(f"brb: {m}", err=True)):
+            done = forget_journal.finish_pending(s, finish=_wipe_events)
+    except HomeBusyError:
+        return []
+    if done:
+        click.echo(f"brb: finished {len(done)} interrupted forget(s)", err=True)
+    return done
+
+
+def _forget_targets(s: Settings, names: list[str], finished: list[dict]) -> tuple[list[str], int]:
+    """(contact ids to forget, how many of ``names`` are already forgotten): a name or handle
+    of a forget just finished, or a forgotten handle, is not an error the second time."""
+    from brb_pipeline.core.contacts.lookup import find_contacts
+    from brb_pipeline.pipeline.forget_journal import was_forgotten
+
+    ids, already = [], 0
+    for name in names:
+        try:
+            ids += find_contacts(s.brb_db, [name], default_region=s.default_region)
+        except BrbError:
+            if not was_forgotten(s, name, finished, s.default_region):
+                raise
+            already += 1
+    return list(dict.fromkeys(ids)), already
 
 
 @main.command("delete-all")

@@ -283,6 +283,9 @@ def _locked_ingest(s: Settings, progress: Progress, cancel: CancelToken, only_co
                    embedder: Any | None, analyze: bool, reembed: bool, generator: Any | None) -> dict[str, Any]:
     """:func:`run_ingest` once the home's writer lock is held."""
     keys.prepare_home(s)  # the home's mode and key, before brb.db records the run
+    from brb_pipeline.pipeline.forget_journal import finish_pending
+
+    finish_pending(s, finish=lambda s_: {"dagster_events_wiped": wipe_derived_events(s_)})  # a killed `brb forget`
     runtime = Runtime(progress, cancel, embedder, reembed=reembed, generator=generator)
     run = _Run(s, runtime)
     stop_forwarding = progress.forward_logs()  # pipeline warnings reach JSON lines, not only stderr

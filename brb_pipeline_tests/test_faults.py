@@ -272,3 +272,66 @@ def test_a_lock_left_by_a_killed_ingest_is_taken_over(world):
     assert r.returncode == 0, r.stderr[-2000:]
     st = json.loads(brb("status", "--json", home=home, env=world["env"]).stdout)
     assert st["last_ingestion"]["status"] == "success" and st["search_ready"]
+
+
+# 4. a killed forget ----------------------------------------------------------------------------
+
+def _person(world) -> tuple[dict, list[str]]:
+    """The person to forget in the plain template, and the needles the byte scan looks for."""
+    from brb_pipeline_tests.test_forget_bytes import _needles, _pick_person
+
+    if "person" not in world:
+        person = _pick_person(template(world, "plain"), world["archive"])
+        world["person"] = (person, _needles(world["archive"], person))
+    return world["person"]
+
+
+def _count(db: Path, sql: str) -> int:
+    con = sqlite3.connect(db)
+    try:
+        return con.execute(sql).fetchone()[0]
+    finally:
+        con.close()
+
+
+#: (kill point, the command run next, which must finish the forget)
+KILLED_FORGETS = [("forget_journaled", "forget-name"), ("forget_brb_db", "forget-handle"),
+                  ("forget_brb_db", "ingest"), ("forget_staging", "search"), ("forget_store", "status")]
+
+
+@pytest.mark.parametrize("point, then", KILLED_FORGETS)
+def test_a_killed_forget_is_finished_by_the_next_command(world, point, then):
+    from brb_pipeline_tests.bytescan import scan, summary
+
+    person, needles = _person(world)
+    home = home_copy(world, "plain", f"forget-{point}-{then}")
+    env = world["env"]
+    contacts_before = _count(home / "brb.db", "SELECT count(*) FROM contacts")
+    assert scan(home, needles[:2]), "the scan finds the person before forget"
+    r = brb("forget", "--contact", person["name"], "--yes", home=home, env={**env, "BRB_FAULT": point})
+    assert r.returncode == -9, r.stderr[-2000:]
+    assert _count(home / "brb.db", "SELECT count(*) FROM forget_journal") == 1  # the intent was written first
+    if then == "forget-name":
+        r = brb("forget", "--contact", person["name"], "--yes", home=home, env=env)
+    elif then == "forget-handle":
+        r = brb("forget", "--contact", person["handles"][0], "--yes", home=home, env=env)
+    elif then == "ingest":
+        r = brb("ingest", "--progress", "none", "--no-insights", home=home, env=env)
+    elif then == "search":
+        r = brb("search", "what do you like to do", "--json", "-k", "50", "--no-route", home=home, env=env)
+    else:
+        r = brb("status", "--json", home=home, env=env)
+    assert r.returncode == 0 and "internal error" not in r.stderr, r.stderr[-2000:]
+    if then.startswith("forget"):  # a rerun with the same name or handle completes
+        assert json.loads(r.stdout)["already_forgotten"] == 1, r.stdout
+    if then == "search":
+        hits = json.loads(r.stdout)["hits"]
+        assert hits and not [h for h in hits if any(n.lower() in h["text"].lower() for n in needles[-5:])]
+    if then == "status":
+        assert json.loads(r.stdout)["contacts"] == contacts_before - 1
+    assert _count(home / "brb.db", "SELECT count(*) FROM forget_journal") == 0
+    assert _count(home / "brb.db", "SELECT count(*) FROM contacts") == contacts_before - 1  # the others stay
+    found = scan(home, needles)
+    assert not found, f"after a forget killed at {point} and `{then}`:\n" + summary(found)
+    r = brb("search", "the", "--json", home=home, env=env)
+    assert r.returncode == 0 and json.loads(r.stdout)["hits"], r.stderr[-2000:]
