@@ -90,10 +90,12 @@ def _settings(home: Path | None, write: bool = False, **overrides: Any) -> Setti
 @click.option("--no-insights", is_flag=True, help="Skip the insights map.")
 @click.option("--reembed", is_flag=True, help="Embed every chunk again (e.g. after upgrading MLX).")
 @click.option("--no-wait", is_flag=True, help="Refuse at once when another ingest runs on this home.")
+@click.option("--rebuild", is_flag=True, help="Rebuild the search store from staging (and a damaged brb.db from "
+              "the snapshot, keeping the forgotten list and search log).")
 @no_encryption_opt
 @home_opt
 def ingest(chat_db, addressbook, whatsapp, no_whatsapp, mail, no_mail, contacts, progress_mode, cancel_file,
-           no_insights, reembed, no_wait, no_encryption, home):
+           no_insights, reembed, no_wait, rebuild, no_encryption, home):
     """Snapshot the sources and run every stage: parse, chunk, embed, store, index, map.
 
     On macOS, with no source given or saved, reads ~/Library/Messages/chat.db and
@@ -114,6 +116,10 @@ def ingest(chat_db, addressbook, whatsapp, no_whatsapp, mail, no_mail, contacts,
     if s.imessage_enabled:  # a private chat.db: Full Disk Access is the first thing to say
         settings_mod.check_source_readable(s.chat_db, "chat.db")
     s.check_writable()
+    if rebuild:
+        _rebuild(s, wait=not no_wait)
+    else:
+        _check_db(s)
     _run_ingest(s, progress_mode, cancel_file, list(contacts), analyze=not no_insights, reembed=reembed,
                 wait=not no_wait)
 
@@ -274,6 +280,7 @@ def status(as_json, home):
     from brb_pipeline.pipeline.keys import data_key
 
     s = _settings(home)
+    _check_db(s)
     st = status_dict(s)
     if st["encryption"].get("key_ok") is False and s.brb_db.exists():
         data_key(s.home)  # raises the key error: a home we cannot open is not an empty one
@@ -281,8 +288,10 @@ def status(as_json, home):
         st = status_dict(s)
     if as_json:
         click.echo(json.dumps(st, indent=2, default=str))
-        return
-    click.echo("\n".join(status_lines(st)))
+    else:
+        click.echo("\n".join(status_lines(st)))
+    if st.get("damaged"):  # reported above; the exit code says so too
+        raise BrbError(next(iter(st["damaged"].values())))
 
 
 @main.command()
@@ -346,11 +355,18 @@ def search(query, contacts, since, until, mode, k, channel, context, diversity, 
     options = dict(mode=mode, k=k, contacts=list(contacts) or None, since=_parse_date(since, "--since"),
                    until=_parse_date(until, "--until"), channel=channel, route=not no_route, context=context,
                    diversity=diversity)
-    if query == "-":
-        with Searcher.open(s, mode=mode) as searcher:
-            _search_lines(searcher, options)
-        return
-    out = run_search_cold(s, query, **options)
+    import duckdb
+
+    from brb_pipeline.pipeline.repair import damaged_store_error
+
+    try:
+        if query == "-":
+            with Searcher.open(s, mode=mode) as searcher:
+                _search_lines(searcher, options)
+            return
+        out = run_search_cold(s, query, **options)
+    except duckdb.Error as e:  # a checksum or AES tag that fails: say which file, and the way out
+        raise damaged_store_error(s, e) from None
     if as_json:
         click.echo(json.dumps(out, indent=2, ensure_ascii=False, default=str))
     else:
@@ -391,10 +407,22 @@ def _search_lines(searcher, options: dict) -> None:
 def reindex(home):
     """Rebuild the HNSW and BM25 indexes from the stored chunks (e.g. after a crash)."""
     from brb_pipeline.core.store.index import FTS_SCHEMA, HNSW_INDEX
+    from brb_pipeline.pipeline import repair
+    from brb_pipeline.pipeline.homelock import hold
     from brb_pipeline.pipeline.store import run_reindex
 
     s = _settings(home)
-    r = run_reindex(s)
+    with hold(s.home, what="reindex", on_wait=lambda m: click.echo(f"brb: {m}", err=True)):
+        _check_db(s)
+        damage = repair.store_damage(s)
+        if damage:
+            r = repair.rebuild_store(s)
+            click.echo(f"brb: {s.duckdb_path} was damaged ({damage}); rebuilt it from staging: {r['chunks']:,} "
+                       "chunks, both indexes" + (f"; {r['batches_to_embed']} batches had no staged vectors left: "
+                                                 "run `brb ingest` to embed them" if r["batches_to_embed"] else ""),
+                       err=True)
+            return
+        r = run_reindex(s)
     v, t = r.get(HNSW_INDEX, {}), r.get(FTS_SCHEMA, {})
     click.echo(f"brb: HNSW over {v.get('rows', 0):,} chunks in {v.get('seconds', 0):.1f} s, "
                f"BM25 over {t.get('rows', 0):,} chunks in {t.get('seconds', 0):.1f} s", err=True)
@@ -438,6 +466,34 @@ def forget(contacts, yes, home):
                       "interrupted_forgets_finished": len(finished)}
     click.echo(json.dumps(report, indent=2))
     click.echo("brb: forgotten. The map is redrawn at the next `brb ingest`.", err=True)
+
+
+def _check_db(s: Settings) -> None:
+    """A damaged brb.db is one line naming it and the way out, before anything reads it."""
+    from brb_pipeline.pipeline.repair import db_damage
+
+    damage = db_damage(s)
+    if damage:
+        raise BrbError(f"brb.db at {s.brb_db} is damaged ({damage}): run `brb ingest --rebuild` (it keeps the "
+                       "forgotten list and the search log where they can be read)")
+
+
+def _rebuild(s: Settings, wait: bool) -> None:
+    """``brb ingest --rebuild``: a damaged brb.db replaced (forgotten list and search log kept
+    where readable), the search store deleted so the ingestion loads it again from staging."""
+    from brb_pipeline.pipeline import repair
+    from brb_pipeline.pipeline.homelock import hold
+
+    with hold(s.home, wait=wait, on_wait=lambda m: click.echo(f"brb: {m}", err=True)):
+        damage = repair.db_damage(s)
+        if damage:
+            r = repair.rebuild_db(s)
+            click.echo(f"brb: {s.brb_db} was damaged ({damage}); made a new one keeping "
+                       + ", ".join(f"{n:,} {t} rows" for t, n in r["kept"].items())
+                       + (f" ({', '.join(r['lost'])} could not be read)" if r["lost"] else ""), err=True)
+        repair.prepare_store_rebuild(s)
+        click.echo(f"brb: rebuilding {s.duckdb_path} from staging (batches without staged vectors are embedded again)",
+                   err=True)
 
 
 def _wipe_events(s: Settings) -> dict[str, int]:

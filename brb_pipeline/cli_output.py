@@ -77,6 +77,8 @@ def _memory_status(s: Settings) -> dict[str, Any]:
 def _store_status(s: Settings, out: dict[str, Any]) -> None:
     """Fill ``out``'s chunk count, model, indexes and search readiness from ``brb.duckdb`` (or its
     ``store_error``)."""
+    import duckdb
+
     from brb_pipeline.core.memory.tables import memory_counts
     from brb_pipeline.core.store import duck
     from brb_pipeline.core.store.chunks import store_stats
@@ -97,8 +99,37 @@ def _store_status(s: Settings, out: dict[str, Any]) -> None:
                               **({"exact": True} if ix[k].get("exact") else {})}
                           for k in ("hnsw", "fts")}
         out["search_ready"] = bool(ix["ready"])
+        _full_check(s, out)
     except BrbError as e:
         out["store_error"] = str(e)
+        key_ok = out["encryption"].get("key_ok") is not False  # the home's key is right (or none is needed)
+        if key_ok and "in use by another" not in str(e):  # it exists, the key is right, it does not open
+            out["store_error"] = (f"brb.duckdb at {s.duckdb_path} is damaged ({str(e)[:160]}): "
+                                  "run `brb reindex` to rebuild it from staging")
+            out["damaged"] = {"brb.duckdb": out["store_error"]}  # its header blocks do not read
+    except duckdb.Error as e:  # a checksum or AES tag that fails: a damaged file
+        first = (str(e).splitlines() or [""])[0][:160]
+        out["store_error"] = (f"brb.duckdb at {s.duckdb_path} is damaged ({type(e).__name__}: {first}): "
+                              "run `brb reindex` to rebuild it from staging")
+        out["damaged"] = {"brb.duckdb": out["store_error"]}
+
+
+#: `brb status` reads every block of a store up to this size (its checksums are then verified);
+#: a larger one only has the parts status reads checked (`brb reindex` always reads it all).
+FULL_CHECK_MAX_BYTES = 1 << 30
+
+
+def _full_check(s: Settings, out: dict[str, Any]) -> None:
+    from brb_pipeline.pipeline.repair import store_damage
+
+    if s.duckdb_path.stat().st_size > FULL_CHECK_MAX_BYTES:
+        return
+    damage = store_damage(s, full=True)
+    if damage:
+        out["search_ready"] = False
+        out["store_error"] = (f"brb.duckdb at {s.duckdb_path} is damaged ({damage}): "
+                              "run `brb reindex` to rebuild it from staging")
+        out["damaged"] = {"brb.duckdb": out["store_error"]}
 
 
 def _encryption_status(s: Settings) -> dict[str, Any]:
@@ -129,6 +160,8 @@ def status_lines(st: dict[str, Any]) -> list[str]:
         f"channels        {ch}",
         f"last ingestion  {last.get('status', 'never')}",
     ]
+    for name, why in (st.get("damaged") or {}).items():
+        lines.append(f"damaged         {name}: {why}")
     ix = st["indexes"] or {}
     lines.append("indexes         " + (", ".join(
         f"{'exact vectors' if v.get('exact') else k} {'ok' if v['matches_chunks'] else ('stale' if v['present'] else 'missing')}"

@@ -286,6 +286,7 @@ def _locked_ingest(s: Settings, progress: Progress, cancel: CancelToken, only_co
     from brb_pipeline.pipeline.forget_journal import finish_pending
 
     finish_pending(s, finish=lambda s_: {"dagster_events_wiped": wipe_derived_events(s_)})  # a killed `brb forget`
+    _rebuild_damaged_store(s)
     runtime = Runtime(progress, cancel, embedder, reembed=reembed, generator=generator)
     run = _Run(s, runtime)
     stop_forwarding = progress.forward_logs()  # pipeline warnings reach JSON lines, not only stderr
@@ -322,6 +323,16 @@ def _locked_ingest(s: Settings, progress: Progress, cancel: CancelToken, only_co
         raise
     finally:
         stop_forwarding()
+
+
+def _rebuild_damaged_store(s: Settings) -> None:
+    """A brb.duckdb that cannot be read is deleted: this run's load rebuilds it from staging."""
+    from brb_pipeline.pipeline import repair
+
+    damage = repair.store_damage(s, full=False)
+    if damage:
+        log.warning("brb - %s is damaged (%s); rebuilding it from staging", s.duckdb_path.name, damage)
+        repair.prepare_store_rebuild(s)
 
 
 def _guard_sources(s: Settings) -> None:

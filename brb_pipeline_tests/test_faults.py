@@ -335,3 +335,99 @@ def test_a_killed_forget_is_finished_by_the_next_command(world, point, then):
     assert not found, f"after a forget killed at {point} and `{then}`:\n" + summary(found)
     r = brb("search", "the", "--json", home=home, env=env)
     assert r.returncode == 0 and json.loads(r.stdout)["hits"], r.stderr[-2000:]
+
+
+# 3. damaged stores -----------------------------------------------------------------------------
+
+def _flip(path: Path, start: int, n: int = 4096) -> None:
+    """Damage a file as a bad disk or copy would: ``n`` bytes from ``start`` inverted."""
+    b = bytearray(path.read_bytes())
+    for i in range(start, min(start + n, len(b))):
+        b[i] ^= 0xFF
+    path.write_bytes(bytes(b))
+
+
+def _damage_blocks(store: Path, at: int = 4096) -> None:
+    """Damage every 256 KiB block of a DuckDB file (after its three 4 KiB headers) at offset
+    ``at``: whatever the store uses is hit (a flip in a free block would be no damage at all)."""
+    for start in range(3 * 4096 + at, store.stat().st_size, 256 * 1024):
+        _flip(store, start, 64)
+
+
+def _search_ok(home: Path, env: dict, query: str = "what do you like to do") -> list[dict]:
+    r = brb("search", query, "--json", "--no-route", home=home, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(r.stdout)["hits"]
+
+
+@pytest.mark.parametrize("kind", ["plain", "enc"])
+def test_a_damaged_search_store_is_named_and_rebuilt_from_staging(world, kind):
+    home = home_copy(world, kind, f"damaged-duckdb-{kind}")
+    env = world["env"]
+    chunks = json.loads(brb("status", "--json", home=home, env=env).stdout)["chunks"]
+    before = [h["chunk_ids"] for h in _search_ok(home, env)]
+    store = home / "brb.duckdb"
+    _damage_blocks(store)
+    r = brb("status", home=home, env=env)
+    assert "brb.duckdb" in one_line_error(r, "status") and "brb reindex" in r.stderr
+    assert "damaged         brb.duckdb" in r.stdout  # the report says which file
+    line = one_line_error(brb("search", "movie", home=home, env=env), "search")
+    assert "brb.duckdb" in line and "damaged" in line and "brb reindex" in line and "internal" not in line, line
+    r = brb("reindex", home=home, env=env)
+    assert r.returncode == 0 and "was damaged" in r.stderr and "rebuilt it from staging" in r.stderr, r.stderr
+    st = json.loads(brb("status", "--json", home=home, env=env).stdout)
+    assert st["chunks"] == chunks and st["search_ready"] and not st.get("damaged")
+    assert [h["chunk_ids"] for h in _search_ok(home, env)] == before  # nothing lost: the same answers
+    # a plain ingest rebuilds it as well (a store damaged again, in another place)
+    _damage_blocks(store, 9000)
+    r = brb("ingest", "--progress", "none", "--no-insights", home=home, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(brb("status", "--json", home=home, env=env).stdout)["chunks"] == chunks
+
+
+def _damage_table(db: Path, table: str) -> None:
+    """Invert the root page of ``table`` in a plaintext brb.db (other tables stay readable)."""
+    con = sqlite3.connect(db)
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    page = con.execute("PRAGMA page_size").fetchone()[0]
+    root = con.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,)).fetchone()[0]
+    con.close()
+    _flip(db, (root - 1) * page, page)
+
+
+@pytest.mark.parametrize("kind", ["plain", "enc"])
+def test_a_damaged_brb_db_is_rebuilt_keeping_the_forgotten_list_and_search_log(world, kind):
+    home = home_copy(world, kind, f"damaged-brbdb-{kind}")
+    env = world["env"]
+    con = sqlite3.connect(template(world, "plain") / "brb.db")
+    name, handle = con.execute("SELECT display_name, json_extract(handles_json, '$[0]') FROM contacts "
+                               "WHERE kind = 'direct' AND contact_id LIKE 'c:%' ORDER BY rank LIMIT 1").fetchone()
+    con.close()
+    assert brb("forget", "--contact", name, "--yes", home=home, env=env).returncode == 0
+    _ingest(world["archive"], home, env)  # what the home holds once the forget is ingested: the reference
+    _search_ok(home, env, "weekend plans")
+    st = json.loads(brb("status", "--json", home=home, env=env).stdout)
+    if kind == "plain":
+        _damage_table(home / "brb.db", "contacts")
+    else:  # a sealed image: one bad byte and nothing of it can be read
+        _flip(home / "brb.db", (home / "brb.db").stat().st_size // 2, 64)
+    for args in (("status",), ("ingest", "--progress", "none")):
+        line = one_line_error(brb(*args, home=home, env=env), *args)
+        assert "brb.db" in line and "damaged" in line and "brb ingest --rebuild" in line, line
+    rebuilt = brb("ingest", "--progress", "none", "--no-insights", "--rebuild", home=home, env=env)
+    assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
+    assert "was damaged" in rebuilt.stderr and "rebuilding" in rebuilt.stderr
+    after = json.loads(brb("status", "--json", home=home, env=env).stdout)
+    assert after["messages"] == st["messages"] and after["chunks"] == st["chunks"]
+    assert after["contacts"] == st["contacts"]  # she stays forgotten (brb.db's list, or the copy beside it)
+    r = brb("forget", "--contact", handle, "--yes", home=home, env=env)
+    assert r.returncode == 0 and json.loads(r.stdout)["already_forgotten"] == 1, r.stderr[-2000:]
+    if kind == "plain":  # the search log was readable: kept
+        log = json.loads(brb("search-log", home=home, env=env).stdout)
+        assert any(e["query"] == "weekend plans" for e in log)
+        con = sqlite3.connect(home / "brb.db")
+        names = [n for (n,) in con.execute("SELECT display_name FROM contacts")]
+        con.close()
+        assert name not in names
+    else:  # nothing of a damaged sealed image is readable: the search log is gone, and said so
+        assert "(search_log could not be read)" in rebuilt.stderr, rebuilt.stderr

@@ -67,10 +67,12 @@ def finish_pending(s: Settings, finish: Callable[[Settings], dict[str, Any]] | N
         The plans finished (for the caller to recognise a rerun of the same forget).
     """
     from brb_pipeline.pipeline.privacy import _vacuum, apply_forget
+    from brb_pipeline.pipeline.repair import backup_forgotten
 
     done = []
     for entry, plan in pending(s):
         apply_forget(s, plan)
+        backup_forgotten(s)
         if finish is not None:
             finish(s)
         end(s, entry)

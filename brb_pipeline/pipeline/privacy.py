@@ -26,6 +26,7 @@ from brb_pipeline.core.store.compact import compact_without
 from brb_pipeline.pipeline import keys, paths
 from brb_pipeline.pipeline.embed import drop_retired
 from brb_pipeline.pipeline.forgotten import remember, retire_legacy_salt, shred_key
+from brb_pipeline.pipeline.repair import backup_forgotten
 from brb_pipeline.settings import Settings
 
 
@@ -50,6 +51,7 @@ def forget_contacts(s: Settings, contact_ids: list[str],
     entry = forget_journal.begin(s, plan)
     faults.point("forget_journaled")
     report = apply_forget(s, plan)
+    backup_forgotten(s)
     if finish is not None:
         report.update(finish(s))
     forget_journal.end(s, entry)
