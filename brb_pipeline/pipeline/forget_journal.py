@@ -50,7 +50,7 @@ def pending(s: Settings) -> list[tuple[int, dict[str, Any]]]:
     """Forgets that were started and not finished, oldest first."""
     if not s.brb_db.exists():
         return []
-    with metadata.connect(s.brb_db) as c:
+    with metadata.open_db(s.brb_db) as c:  # read only: no schema set-up on every search
         if not c.execute("SELECT 1 FROM sqlite_master WHERE name = 'forget_journal'").fetchone():
             return []
         rows = c.execute("SELECT id, plan_json FROM forget_journal ORDER BY id").fetchall()
