@@ -18,6 +18,7 @@ import click
 from brb_pipeline.cli_insights import insights_command
 from brb_pipeline.cli_keys import encryption_override, no_encryption_opt, rekey_command
 from brb_pipeline.cli_profile import profile_command
+from brb_pipeline.cli_recovery import check_db, finish_forgets, forget_targets, rebuild_home, wipe_events
 from brb_pipeline.cli_output import MAIL_WARNING, WHATSAPP_WARNING, search_text, status_dict, status_lines
 from brb_pipeline.core.errors import BrbError, CancelledError
 from brb_pipeline.settings import Settings
@@ -117,9 +118,9 @@ def ingest(chat_db, addressbook, whatsapp, no_whatsapp, mail, no_mail, contacts,
         settings_mod.check_source_readable(s.chat_db, "chat.db")
     s.check_writable()
     if rebuild:
-        _rebuild(s, wait=not no_wait)
+        rebuild_home(s, wait=not no_wait)
     else:
-        _check_db(s)
+        check_db(s)
     _run_ingest(s, progress_mode, cancel_file, list(contacts), analyze=not no_insights, reembed=reembed,
                 wait=not no_wait)
 
@@ -280,11 +281,11 @@ def status(as_json, home):
     from brb_pipeline.pipeline.keys import data_key
 
     s = _settings(home)
-    _check_db(s)
+    check_db(s)
     st = status_dict(s)
     if st["encryption"].get("key_ok") is False and s.brb_db.exists():
         data_key(s.home)  # raises the key error: a home we cannot open is not an empty one
-    if _finish_forgets(s):
+    if finish_forgets(s):
         st = status_dict(s)
     if as_json:
         click.echo(json.dumps(st, indent=2, default=str))
@@ -351,7 +352,7 @@ def search(query, contacts, since, until, mode, k, channel, context, diversity, 
     from brb_pipeline.pipeline.query import Searcher, run_search_cold
 
     s = _settings(home)
-    _finish_forgets(s)  # a `brb forget` killed half-way is finished before anything is shown
+    finish_forgets(s)  # a `brb forget` killed half-way is finished before anything is shown
     options = dict(mode=mode, k=k, contacts=list(contacts) or None, since=_parse_date(since, "--since"),
                    until=_parse_date(until, "--until"), channel=channel, route=not no_route, context=context,
                    diversity=diversity)
@@ -413,7 +414,7 @@ def reindex(home):
 
     s = _settings(home)
     with hold(s.home, what="reindex", on_wait=lambda m: click.echo(f"brb: {m}", err=True)):
-        _check_db(s)
+        check_db(s)
         damage = repair.store_damage(s)
         if damage:
             r = repair.rebuild_store(s)
@@ -455,88 +456,17 @@ def forget(contacts, yes, home):
     s = _settings(home)
     if not s.brb_db.exists():
         raise BrbError(f"nothing stored in {s.home}")
-    finished = _finish_forgets(s, wait=True)
-    ids, already = _forget_targets(s, list(contacts), finished)
+    finished = finish_forgets(s, wait=True)
+    ids, already = forget_targets(s, list(contacts), finished)
     if ids and not yes:
         click.confirm(f"Forget {len(ids)} contact(s) everywhere in {s.home}?", abort=True)
     report: dict[str, Any] = {"contacts": 0, "already_forgotten": already, "interrupted_forgets_finished": len(finished)}
     if ids:
         with hold(s.home, what="forget", on_wait=lambda m: click.echo(f"brb: {m}", err=True)):
-            report = {**forget_contacts(s, ids, finish=_wipe_events), "already_forgotten": already,
+            report = {**forget_contacts(s, ids, finish=wipe_events), "already_forgotten": already,
                       "interrupted_forgets_finished": len(finished)}
     click.echo(json.dumps(report, indent=2))
     click.echo("brb: forgotten. The map is redrawn at the next `brb ingest`.", err=True)
-
-
-def _check_db(s: Settings) -> None:
-    """A damaged brb.db is one line naming it and the way out, before anything reads it."""
-    from brb_pipeline.pipeline.repair import db_damage
-
-    damage = db_damage(s)
-    if damage:
-        raise BrbError(f"brb.db at {s.brb_db} is damaged ({damage}): run `brb ingest --rebuild` (it keeps the "
-                       "forgotten list and the search log where they can be read)")
-
-
-def _rebuild(s: Settings, wait: bool) -> None:
-    """``brb ingest --rebuild``: a damaged brb.db replaced (forgotten list and search log kept
-    where readable), the search store deleted so the ingestion loads it again from staging."""
-    from brb_pipeline.pipeline import repair
-    from brb_pipeline.pipeline.homelock import hold
-
-    with hold(s.home, wait=wait, on_wait=lambda m: click.echo(f"brb: {m}", err=True)):
-        damage = repair.db_damage(s)
-        if damage:
-            r = repair.rebuild_db(s)
-            click.echo(f"brb: {s.brb_db} was damaged ({damage}); made a new one keeping "
-                       + ", ".join(f"{n:,} {t} rows" for t, n in r["kept"].items())
-                       + (f" ({', '.join(r['lost'])} could not be read)" if r["lost"] else ""), err=True)
-        repair.prepare_store_rebuild(s)
-        click.echo(f"brb: rebuilding {s.duckdb_path} from staging (batches without staged vectors are embedded again)",
-                   err=True)
-
-
-def _wipe_events(s: Settings) -> dict[str, int]:
-    from brb_pipeline.runner import wipe_derived_events
-
-    return {"dagster_events_wiped": wipe_derived_events(s)}
-
-
-def _finish_forgets(s: Settings, wait: bool = False) -> list[dict]:
-    """Finish a `brb forget` that was killed half-way (see pipeline/forget_journal.py). Without
-    ``wait`` a home another run holds is left to that run (an ingest finishes it first)."""
-    from brb_pipeline.pipeline import forget_journal
-    from brb_pipeline.pipeline.homelock import HomeBusyError, hold
-
-    if not forget_journal.pending(s):
-        return []
-    if "pandas" in sys.modules and sys.modules["pandas"] is None:  # search's stand-in: Dagster needs the real one
-        del sys.modules["pandas"]
-    try:
-        with hold(s.home, what="forget", wait=wait, on_wait=lambda m: click.echo(f"brb: {m}", err=True)):
-            done = forget_journal.finish_pending(s, finish=_wipe_events)
-    except HomeBusyError:
-        return []
-    if done:
-        click.echo(f"brb: finished {len(done)} interrupted forget(s)", err=True)
-    return done
-
-
-def _forget_targets(s: Settings, names: list[str], finished: list[dict]) -> tuple[list[str], int]:
-    """(contact ids to forget, how many of ``names`` are already forgotten): a name or handle
-    of a forget just finished, or a forgotten handle, is not an error the second time."""
-    from brb_pipeline.core.contacts.lookup import find_contacts
-    from brb_pipeline.pipeline.forget_journal import was_forgotten
-
-    ids, already = [], 0
-    for name in names:
-        try:
-            ids += find_contacts(s.brb_db, [name], default_region=s.default_region)
-        except BrbError:
-            if not was_forgotten(s, name, finished, s.default_region):
-                raise
-            already += 1
-    return list(dict.fromkeys(ids)), already
 
 
 @main.command("delete-all")

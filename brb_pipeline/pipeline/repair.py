@@ -97,6 +97,8 @@ def store_damage(s: Settings, full: bool = True) -> str | None:
         finally:
             con.close()
     except (duckdb.Error, BrbError) as e:  # a key error here: the key is right (checked above), the file is not
+        if "in use by another" in str(e):  # a lock is not damage: never rebuild a store someone has open
+            raise
         return _first_line(e)
     return None
 
