@@ -155,7 +155,9 @@ def _run_ingest(s: Settings, progress_mode: str | None, cancel_file: Path | None
     try:
         with stack:
             from brb_pipeline.pipeline.homelock import hold
-            from brb_pipeline.runner import run_ingest
+            from brb_pipeline.runner import _guard_sources, run_ingest
+
+            _guard_sources(s)  # before the lock file: a home inside a source folder is never created
 
             def waiting(line: str) -> None:  # another ingest holds the home: say so once
                 progress.log("warning", line)
