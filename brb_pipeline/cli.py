@@ -360,8 +360,6 @@ def search(query, contacts, since, until, mode, k, channel, context, diversity, 
                    diversity=diversity)
     import duckdb
 
-    from brb_pipeline.pipeline.repair import damaged_store_error
-
     try:
         if query == "-":
             with Searcher.open(s, mode=mode) as searcher:
@@ -369,6 +367,8 @@ def search(query, contacts, since, until, mode, k, channel, context, diversity, 
             return
         out = run_search_cold(s, query, **options)
     except duckdb.Error as e:  # a checksum or AES tag that fails: say which file, and the way out
+        from brb_pipeline.pipeline.repair import damaged_store_error
+
         raise damaged_store_error(s, e) from None
     if as_json:
         click.echo(json.dumps(out, indent=2, ensure_ascii=False, default=str))

@@ -83,6 +83,7 @@ def _store_status(s: Settings, out: dict[str, Any]) -> None:
     from brb_pipeline.core.store import duck
     from brb_pipeline.core.store.chunks import store_stats
     from brb_pipeline.core.store.index import index_status
+    from brb_pipeline.pipeline.repair import read_every_block
 
     try:
         con = duck.connect(s.duckdb_path, read_only=True)
@@ -92,6 +93,8 @@ def _store_status(s: Settings, out: dict[str, Any]) -> None:
             out["embedding_model"] = duck.get_meta(con, "embedding_model")
             ix = index_status(con)
             out["memory"].update(memory_counts(con))
+            if s.duckdb_path.stat().st_size <= FULL_CHECK_MAX_BYTES:
+                read_every_block(con)  # every checksum verified: a damaged block is named here
         finally:
             con.close()
         out["indexes"] = {k: {"present": bool(ix[k]["present"]), "rows": ix[k].get("rows"),
@@ -99,7 +102,6 @@ def _store_status(s: Settings, out: dict[str, Any]) -> None:
                               **({"exact": True} if ix[k].get("exact") else {})}
                           for k in ("hnsw", "fts")}
         out["search_ready"] = bool(ix["ready"])
-        _full_check(s, out)
     except BrbError as e:
         out["store_error"] = str(e)
         key_ok = out["encryption"].get("key_ok") is not False  # the home's key is right (or none is needed)
@@ -117,19 +119,6 @@ def _store_status(s: Settings, out: dict[str, Any]) -> None:
 #: `brb status` reads every block of a store up to this size (its checksums are then verified);
 #: a larger one only has the parts status reads checked (`brb reindex` always reads it all).
 FULL_CHECK_MAX_BYTES = 1 << 30
-
-
-def _full_check(s: Settings, out: dict[str, Any]) -> None:
-    from brb_pipeline.pipeline.repair import store_damage
-
-    if s.duckdb_path.stat().st_size > FULL_CHECK_MAX_BYTES:
-        return
-    damage = store_damage(s, full=True)
-    if damage:
-        out["search_ready"] = False
-        out["store_error"] = (f"brb.duckdb at {s.duckdb_path} is damaged ({damage}): "
-                              "run `brb reindex` to rebuild it from staging")
-        out["damaged"] = {"brb.duckdb": out["store_error"]}
 
 
 def _encryption_status(s: Settings) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import duckdb
 from brb_pipeline.core import metadata
 from brb_pipeline.core.errors import BrbError, EncryptionKeyError, StoreError
 from brb_pipeline.core.store import duck
-from brb_pipeline.pipeline import keys, paths
+from brb_pipeline.pipeline import keys
 from brb_pipeline.settings import Settings
 
 log = logging.getLogger("brb")
@@ -86,11 +86,8 @@ def store_damage(s: Settings, full: bool = True) -> str | None:
     try:
         con = duck.connect(s.duckdb_path, read_only=True)
         try:
-            tables = [t for (t,) in con.execute(
-                "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
-                "AND schema_name = 'main'").fetchall()]
-            for t in tables if full else tables[:0]:
-                con.execute(f'SELECT count(*), max(hash(COLUMNS(*))) FROM "{t}"').fetchall()
+            if full:
+                read_every_block(con)
             from brb_pipeline.core.store.chunks import store_stats
 
             store_stats(con)
@@ -101,6 +98,15 @@ def store_damage(s: Settings, full: bool = True) -> str | None:
             raise
         return _first_line(e)
     return None
+
+
+def read_every_block(con: Any) -> None:
+    """Read every column of every table of an open store, so DuckDB verifies every block's
+    checksum (or AES tag); raises the DuckDB error of the first that fails."""
+    tables = [t for (t,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = "
+                                        "current_database() AND schema_name = 'main'").fetchall()]
+    for t in tables:
+        con.execute(f'SELECT count(*), max(hash(COLUMNS(*))) FROM "{t}"').fetchall()
 
 
 def db_damage(s: Settings) -> str | None:
@@ -149,6 +155,8 @@ def rebuild_store(s: Settings) -> dict[str, Any]:
 
 def mark_missing_partitions(s: Settings) -> list[str]:
     """Batches brb.db calls embedded whose staged partition is gone: marked to embed again."""
+    from brb_pipeline.pipeline import paths  # polars: only where a rebuild needs it
+
     gone = [b["batch"] for b in metadata.all_batches(s.brb_db)
             if b.get("embedded_fingerprint") and not paths.partition(s, b["batch"]).exists()]
     if gone:
