@@ -77,10 +77,13 @@ def _memory_status(s: Settings) -> dict[str, Any]:
 def _store_status(s: Settings, out: dict[str, Any]) -> None:
     """Fill ``out``'s chunk count, model, indexes and search readiness from ``brb.duckdb`` (or its
     ``store_error``)."""
+    import duckdb
+
     from brb_pipeline.core.memory.tables import memory_counts
     from brb_pipeline.core.store import duck
     from brb_pipeline.core.store.chunks import store_stats
     from brb_pipeline.core.store.index import index_status
+    from brb_pipeline.pipeline.repair import read_every_block
 
     try:
         con = duck.connect(s.duckdb_path, read_only=True)
@@ -90,6 +93,8 @@ def _store_status(s: Settings, out: dict[str, Any]) -> None:
             out["embedding_model"] = duck.get_meta(con, "embedding_model")
             ix = index_status(con)
             out["memory"].update(memory_counts(con))
+            if s.duckdb_path.stat().st_size <= FULL_CHECK_MAX_BYTES:
+                read_every_block(con)  # every checksum verified: a damaged block is named here
         finally:
             con.close()
         out["indexes"] = {k: {"present": bool(ix[k]["present"]), "rows": ix[k].get("rows"),
@@ -99,6 +104,21 @@ def _store_status(s: Settings, out: dict[str, Any]) -> None:
         out["search_ready"] = bool(ix["ready"])
     except BrbError as e:
         out["store_error"] = str(e)
+        key_ok = out["encryption"].get("key_ok") is not False  # the home's key is right (or none is needed)
+        if key_ok and "in use by another" not in str(e):  # it exists, the key is right, it does not open
+            out["store_error"] = (f"brb.duckdb at {s.duckdb_path} is damaged ({str(e)[:160]}): "
+                                  "run `brb reindex` to rebuild it from staging")
+            out["damaged"] = {"brb.duckdb": out["store_error"]}  # its header blocks do not read
+    except duckdb.Error as e:  # a checksum or AES tag that fails: a damaged file
+        first = (str(e).splitlines() or [""])[0][:160]
+        out["store_error"] = (f"brb.duckdb at {s.duckdb_path} is damaged ({type(e).__name__}: {first}): "
+                              "run `brb reindex` to rebuild it from staging")
+        out["damaged"] = {"brb.duckdb": out["store_error"]}
+
+
+#: `brb status` reads every block of a store up to this size (its checksums are then verified);
+#: a larger one only has the parts status reads checked (`brb reindex` always reads it all).
+FULL_CHECK_MAX_BYTES = 1 << 30
 
 
 def _encryption_status(s: Settings) -> dict[str, Any]:
@@ -129,6 +149,8 @@ def status_lines(st: dict[str, Any]) -> list[str]:
         f"channels        {ch}",
         f"last ingestion  {last.get('status', 'never')}",
     ]
+    for name, why in (st.get("damaged") or {}).items():
+        lines.append(f"damaged         {name}: {why}")
     ix = st["indexes"] or {}
     lines.append("indexes         " + (", ".join(
         f"{'exact vectors' if v.get('exact') else k} {'ok' if v['matches_chunks'] else ('stale' if v['present'] else 'missing')}"

@@ -178,7 +178,7 @@ def connect(path: Path, *, create: bool = True) -> Iterator[sqlite3.Connection]:
                 conn.execute("PRAGMA journal_mode=WAL")
             conn.executescript(SCHEMA)
         except sqlite3.DatabaseError as e:
-            raise StoreError(f"brb.db at {path} is damaged ({e}): move it away and run `brb ingest` again") from None
+            raise StoreError(f"brb.db at {path} is damaged ({e}): run `brb ingest --rebuild` (it keeps the forgotten list and the search log where they can be read)") from None
         yield conn
 
 
