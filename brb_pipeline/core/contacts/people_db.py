@@ -1,0 +1,134 @@
+"""People in brb.db: the ``people`` and ``members`` tables (DDL in ``core/metadata.py``).
+
+A store made before people existed has both tables empty while ``contacts`` is not;
+:func:`has_people` tells callers, who then fall back to contacts or ask for a re-ingest.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from brb_pipeline.core import metadata
+from brb_pipeline.core.errors import BrbError
+from brb_pipeline.core.contacts.routing import fold
+
+if TYPE_CHECKING:
+    import polars as pl
+
+_PEOPLE_COLUMNS = ("person_id", "display_name", "name_source", "nickname", "handles_json", "channels_json",
+                   "messages", "sent", "received", "group_messages", "first_ts", "last_ts",
+                   "avg_response_s_me", "avg_response_s_them")
+
+
+def replace_people(path: Path, people: pl.DataFrame, members: pl.DataFrame) -> None:
+    """Replace both tables: ``people`` is PEOPLE_SCHEMA joined with PERSON_STATS_SCHEMA."""
+    def iso(v: Any) -> str | None:
+        return v.isoformat() if v is not None else None
+
+    rows = [
+        (r["person_id"], r["display_name"], r["name_source"], r.get("nickname"), json.dumps(r["handles"] or []),
+         json.dumps(r["channels"] or []), r.get("messages") or 0, r.get("sent") or 0, r.get("received") or 0,
+         r.get("group_messages") or 0, iso(r.get("first_ts")), iso(r.get("last_ts")),
+         r.get("avg_response_s_me"), r.get("avg_response_s_them"))
+        for r in people.iter_rows(named=True)
+    ]
+    marks = ",".join("?" * len(_PEOPLE_COLUMNS))
+    with metadata.connect(path) as c:
+        c.execute("DELETE FROM people")
+        c.execute("DELETE FROM members")
+        c.executemany(f"INSERT INTO people ({','.join(_PEOPLE_COLUMNS)}) VALUES ({marks})", rows)
+        c.executemany("INSERT INTO members (chat_id, person_id, contact_id, kind) VALUES (?,?,?,?)",
+                      members.select("chat_id", "person_id", "contact_id", "kind").iter_rows())
+
+
+def has_people(path: Path) -> bool:
+    """Whether the store has people (False for a store made before people existed, or empty)."""
+    if not path.exists():
+        return False
+    with metadata.connect(path) as c:
+        return c.execute("SELECT 1 FROM people LIMIT 1").fetchone() is not None
+
+
+def people_rows(path: Path) -> list[dict[str, Any]]:
+    """Every person, most messages first, with ``handles``, ``channels`` and ``conversations``
+    (``[{chat_id, contact_id, kind}]``)."""
+    with metadata.connect(path) as c:
+        cur = c.execute("SELECT * FROM people ORDER BY messages DESC, person_id")
+        cols = [d[0] for d in cur.description]
+        data = [dict(zip(cols, r)) for r in cur.fetchall()]
+        convs: dict[str, list[dict[str, str]]] = {}
+        for chat_id, pid, cid, kind in c.execute(
+                "SELECT chat_id, person_id, contact_id, kind FROM members ORDER BY chat_id"):
+            convs.setdefault(pid, []).append({"chat_id": chat_id, "contact_id": cid, "kind": kind})
+    for d in data:
+        d["handles"] = json.loads(d.pop("handles_json"))
+        d["channels"] = json.loads(d.pop("channels_json"))
+        d["conversations"] = convs.get(d["person_id"], [])
+    return data
+
+
+def members_by_chat(path: Path) -> dict[str, list[tuple[str, str, list[str]]]]:
+    """chat_id -> ``[(person_id, display_name, handles)]`` of its members, by name."""
+    out: dict[str, list[tuple[str, str, list[str]]]] = {}
+    with metadata.connect(path) as c:
+        for chat_id, pid, name, handles in c.execute(
+                "SELECT m.chat_id, p.person_id, p.display_name, p.handles_json FROM members m "
+                "JOIN people p ON p.person_id = m.person_id ORDER BY m.chat_id, p.display_name, p.person_id"):
+            out.setdefault(chat_id, []).append((pid, name, json.loads(handles)))
+    return out
+
+
+def conversations_of(path: Path, person_ids: Sequence[str]) -> list[str]:
+    """The contact ids (conversation units) of the chats the people take part in, sorted."""
+    if not person_ids:
+        return []
+    marks = ",".join("?" * len(person_ids))
+    with metadata.connect(path) as c:
+        return [r[0] for r in c.execute(
+            f"SELECT DISTINCT contact_id FROM members WHERE person_id IN ({marks}) ORDER BY contact_id",
+            list(person_ids))]
+
+
+def handle_names(path: Path) -> dict[str, str]:
+    """handle -> the display name of its person, for every handle seen in a chat."""
+    with metadata.connect(path) as c:
+        return {h: name for name, h in c.execute(
+            "SELECT p.display_name, j.value FROM people p, json_each(p.handles_json) j ORDER BY p.person_id")}
+
+
+def find_people(path: Path, names: Sequence[str], *, default_region: str = "US") -> list[str]:
+    """Person ids for each of ``names`` as a person types them; one-line errors for no match or
+    an ambiguous one.
+
+    Per name, first rule with a match wins: person id, handle (normalized), whole display name or
+    nickname, then a display name with a word starting with it ("Mel" finds "Melanie Hartley").
+    """
+    from brb_pipeline.core.records.handles import normalize_handle  # phonenumbers: only here
+
+    rows = people_rows(path)
+    out: list[str] = []
+    for name in names:
+        q = name.strip()
+        fq = fold(q)
+        handle = normalize_handle(q, default_region)
+        rules = (
+            lambda r: r["person_id"] == q,
+            lambda r: bool(handle) and handle in r["handles"],
+            lambda r: fold(r["display_name"]) == fq or fold(r.get("nickname") or "") == fq,
+            lambda r: any(w.startswith(fq) for w in fold(r["display_name"]).split()),
+        )
+        hits: list[dict] = []
+        for rule in rules:
+            hits = [r for r in rows if rule(r)]
+            if hits:
+                break
+        if not hits:
+            raise BrbError(f"no person matches {q!r}: see `brb people` or use a handle (+15551234567, a@b.com)")
+        if len(hits) > 1:
+            shown = ", ".join(sorted(r["display_name"] for r in hits)[:5])
+            raise BrbError(f"{q!r} matches {len(hits)} people ({shown}): be more specific or use a handle")
+        out.append(hits[0]["person_id"])
+    return out
