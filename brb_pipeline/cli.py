@@ -17,6 +17,7 @@ import click
 
 from brb_pipeline.cli_insights import insights_command
 from brb_pipeline.cli_keys import encryption_override, no_encryption_opt, rekey_command
+from brb_pipeline.cli_people import people_command
 from brb_pipeline.cli_profile import profile_command
 from brb_pipeline.cli_output import MAIL_WARNING, WHATSAPP_WARNING, search_text, status_dict, status_lines
 from brb_pipeline.core.errors import BrbError, CancelledError
@@ -300,7 +301,9 @@ def _parse_date(value: str | None, name: str):
 
 @main.command()
 @click.argument("query")
-@click.option("--contact", "contacts", multiple=True, help="Only this contact (name or handle); repeatable.")
+@click.option("--contact", "contacts", multiple=True,
+              help="Only conversations this person takes part in, 1:1 and groups (name or handle); repeatable.")
+@click.option("--from", "senders", multiple=True, help="Only passages with a message this person sent; repeatable.")
 @click.option("--since", default=None, help="Only chunks from this date on (YYYY-MM-DD[THH:MM]).")
 @click.option("--until", default=None, help="Only chunks before this date.")
 @click.option("--mode", type=click.Choice(["hybrid", "vector", "lexical"]), default="hybrid", show_default=True)
@@ -312,7 +315,7 @@ def _parse_date(value: str | None, name: str):
 @click.option("--no-route", is_flag=True, help="Do not turn a contact named in the query into a filter.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @home_opt
-def search(query, contacts, since, until, mode, k, channel, context, diversity, no_route, as_json, home):
+def search(query, contacts, senders, since, until, mode, k, channel, context, diversity, no_route, as_json, home):
     """Hybrid (vector + BM25, fused) search over your conversations; overlapping windows of one
     conversation come back as one passage.
 
@@ -326,7 +329,7 @@ def search(query, contacts, since, until, mode, k, channel, context, diversity, 
     from brb_pipeline.pipeline.query import Searcher, run_search_cold
 
     s = _settings(home)
-    options = dict(mode=mode, k=k, contacts=list(contacts) or None, since=_parse_date(since, "--since"),
+    options = dict(mode=mode, k=k, contacts=list(contacts) or None, senders=list(senders) or None, since=_parse_date(since, "--since"),
                    until=_parse_date(until, "--until"), channel=channel, route=not no_route, context=context,
                    diversity=diversity)
     if query == "-":
@@ -435,6 +438,7 @@ def delete_all_cmd(yes, home):
 
 
 main.add_command(profile_command(home_opt, _settings))
+main.add_command(people_command(home_opt, _settings))
 main.add_command(insights_command(home_opt, _settings))
 main.add_command(rekey_command(home_opt, _settings))
 

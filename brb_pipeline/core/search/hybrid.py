@@ -140,6 +140,7 @@ def search(
     region: str = "US",
     topics: bool = False,
     resident: Resident | None = None,
+    chunk_ids: Sequence[str] | None = None,
 ) -> SearchResult:
     """Search the chunk store (and with ``topics`` the topic summaries, see :mod:`.topics`).
 
@@ -163,6 +164,7 @@ def search(
         region: default region for phone numbers typed without a country code (the settings'
             ``default_region``, which the documents' phone tokens were made with).
         topics: also rank topic summaries (:class:`.topics.TopicHit`; none under a channel filter).
+        chunk_ids: only these chunks (the passages a person speaks in, ``--from``); no topics then.
         resident: the store's chunks held in memory (:class:`.resident.Resident`, loaded from
             ``con``'s store): both lists, the filters and the rows come from it, with the same
             answers as the SQL path; the topics still come from ``con``.
@@ -178,17 +180,17 @@ def search(
     t_start = time.perf_counter()
     fusion = fusion or Fusion()
     q = _prepare(con, mode, query_text, query_vec, k, candidates, merge, ef_search,
-                 filters(contact_ids, channel, since, until), region, resident.state if resident else None)
+                 filters(contact_ids, channel, since, until, chunk_ids), region, resident.state if resident else None)
     result = SearchResult(query=query_text, mode=mode)
     if q.use_vec:
         result.vector_strategy = "memory" if resident is not None else q.vector_strategy
     vec_rows, lex_rows, term_stats = (
-        _resident_candidates(con, resident, q, resident.mask(contact_ids, channel, since, until), result.timings_ms)
+        _resident_candidates(con, resident, q, resident.mask(contact_ids, channel, since, until, chunk_ids), result.timings_ms)
         if resident is not None else _candidates(con, q, parallel, result.timings_ms))
     result.vector_candidates, result.lexical_candidates = len(vec_rows), len(lex_rows)
     if term_stats is not None:
         result.specific = is_specific(query_text, term_stats[0], term_stats[1], fusion.rare_df_share)
-    tv, tl = topic_candidates(con, q, topic_filters(contact_ids, channel, since, until)) if topics else ([], [])
+    tv, tl = topic_candidates(con, q, topic_filters(contact_ids, channel, since, until)) if topics and chunk_ids is None else ([], [])
     fused, result.timings_ms["fuse"] = _timed(_fuse, mode, joint(vec_rows, tv), joint(lex_rows, tl), fusion,
                                               result.specific)
     fused, fused_topics = split(fused)
