@@ -407,17 +407,17 @@ def search_log(clear, limit, home):
 @home_opt
 def forget(contacts, yes, home):
     """Remove a contact's data from every place brb keeps it, and skip them in future ingestions."""
-    from brb_pipeline.core.contacts.lookup import find_contacts
+    from brb_pipeline.core.contacts.people_db import forget_targets
     from brb_pipeline.pipeline.privacy import forget_contacts
     from brb_pipeline.runner import wipe_derived_events
 
     s = _settings(home)
     if not s.brb_db.exists():
         raise BrbError(f"nothing stored in {s.home}")
-    ids = find_contacts(s.brb_db, list(contacts), default_region=s.default_region)
+    ids, group_only = forget_targets(s.brb_db, list(contacts), default_region=s.default_region)
     if not yes:
-        click.confirm(f"Forget {len(ids)} contact(s) everywhere in {s.home}?", abort=True)
-    report = forget_contacts(s, ids)
+        click.confirm(f"Forget {len(ids) + (1 if group_only else 0)} contact(s) everywhere in {s.home}?", abort=True)
+    report = forget_contacts(s, ids, group_only)
     report["dagster_events_wiped"] = wipe_derived_events(s)
     click.echo(json.dumps(report, indent=2))
     click.echo("brb: forgotten. The map is redrawn at the next `brb ingest`.", err=True)

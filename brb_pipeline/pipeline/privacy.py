@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import polars as pl
@@ -28,8 +29,13 @@ from brb_pipeline.pipeline.forgotten import remember, retire_legacy_salt, shred_
 from brb_pipeline.settings import Settings
 
 
-def forget_contacts(s: Settings, contact_ids: list[str]) -> dict[str, Any]:
+def forget_contacts(s: Settings, contact_ids: list[str], person_handles: Sequence[str] = ()) -> dict[str, Any]:
     """Remove everything derived from these contacts; remember them as forgotten.
+
+    Args:
+        contact_ids: contacts (1:1 people, unknown handles, whole group chats) to forget.
+        person_handles: handles of people with no contact of their own (seen only in groups):
+            their messages leave the group chats, the others' stay.
 
     Returns:
         Counts of what was removed where (no names, no text).
@@ -37,7 +43,8 @@ def forget_contacts(s: Settings, contact_ids: list[str]) -> dict[str, Any]:
     report: dict[str, Any] = {"contacts": len(contact_ids)}
     contacts = metadata.read_contacts(s.brb_db)
     mine = contacts.filter(pl.col("contact_id").is_in(contact_ids))
-    handles = sorted({h for hs in mine["handles"].to_list() for h in (hs or [])}) if mine.height else []
+    handles = sorted({h for hs in mine["handles"].to_list() for h in (hs or [])} | set(person_handles)
+                     ) if mine.height or person_handles else []
     batches = sorted(set(mine["batch"].drop_nulls().to_list())) if mine.height else []
     chat_ids: set[str] = set()
     # group chats they wrote in or were part of: their chunks hold the person's lines or name
@@ -61,6 +68,7 @@ def forget_contacts(s: Settings, contact_ids: list[str]) -> dict[str, Any]:
         report["brb_db_contacts"] = c.execute(
             f"DELETE FROM contacts WHERE contact_id IN ({','.join('?' * len(contact_ids))})", contact_ids).rowcount
         report["brb_db_participants_removed"] = _drop_participants(c, set(handles))
+        report["brb_db_people"] = _drop_people(c, set(handles), contact_ids)
         # the batches' content changed: make the next run re-chunk them (their rows are gone already)
         c.executemany("UPDATE batches SET embedded_fingerprint = NULL, loaded_fingerprint = NULL WHERE batch = ?",
                       [(b,) for b in batches])
@@ -105,6 +113,18 @@ def forget_contacts(s: Settings, contact_ids: list[str]) -> dict[str, Any]:
     _vacuum(s.brb_db)
     retire_legacy_salt(s)
     return report
+
+
+def _drop_people(c, handles: set[str], contact_ids: list[str]) -> int:
+    """Delete the people holding a forgotten handle, and the memberships of forgotten chats."""
+    gone = [pid for pid, hs in c.execute("SELECT person_id, handles_json FROM people")
+            if handles & set(json.loads(hs))]
+    for ids, col in ((gone, "person_id"), (list(contact_ids), "contact_id")):
+        if ids:
+            c.execute(f"DELETE FROM members WHERE {col} IN ({','.join('?' * len(ids))})", ids)
+    if gone:
+        c.execute(f"DELETE FROM people WHERE person_id IN ({','.join('?' * len(gone))})", gone)
+    return len(gone)
 
 
 def _drop_participants(c, handles: set[str]) -> int:

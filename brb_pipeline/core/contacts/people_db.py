@@ -132,3 +132,32 @@ def find_people(path: Path, names: Sequence[str], *, default_region: str = "US")
             raise BrbError(f"{q!r} matches {len(hits)} people ({shown}): be more specific or use a handle")
         out.append(hits[0]["person_id"])
     return out
+
+
+def forget_targets(path: Path, names: Sequence[str], *, default_region: str = "US") -> tuple[list[str], list[str]]:
+    """What ``brb forget --contact NAME`` removes: (contact ids, handles of people with no contact).
+
+    A name is looked up among people first: a person with a 1:1 conversation is that contact; a
+    person seen only in groups is their handles (their messages leave the groups, the others'
+    stay). A name no person has (a group chat's name, a store made before people) falls back to
+    the contacts.
+    """
+    from brb_pipeline.core.contacts.lookup import find_contacts
+
+    people = {r["person_id"]: r for r in people_rows(path)} if has_people(path) else {}
+    with metadata.connect(path) as c:
+        direct = {r[0] for r in c.execute("SELECT contact_id FROM contacts WHERE kind = 'direct'")}
+    contact_ids: list[str] = []
+    handles: list[str] = []
+    for name in names:
+        try:
+            pid = find_people(path, [name], default_region=default_region)[0] if people else None
+        except BrbError:
+            pid = None
+        if pid is None:
+            contact_ids.extend(find_contacts(path, [name], default_region=default_region))
+        elif pid in direct:
+            contact_ids.append(pid)
+        else:
+            handles.extend(people[pid]["handles"])
+    return sorted(set(contact_ids)), sorted(set(handles))
