@@ -32,19 +32,14 @@ from brb_pipeline.settings import Settings
 def forget_contacts(s: Settings, contact_ids: list[str], person_handles: Sequence[str] = ()) -> dict[str, Any]:
     """Remove everything derived from these contacts; remember them as forgotten.
 
-    Args:
-        contact_ids: contacts (1:1 people, unknown handles, whole group chats) to forget.
-        person_handles: handles of people with no contact of their own (seen only in groups):
-            their messages leave the group chats, the others' stay.
-
-    Returns:
-        Counts of what was removed where (no names, no text).
+    ``person_handles``: the handles of people seen only in groups (no contact of their own): their
+    messages leave the group chats, the others' stay. Returns counts of what was removed where
+    (no names, no text).
     """
     report: dict[str, Any] = {"contacts": len(contact_ids)}
     contacts = metadata.read_contacts(s.brb_db)
     mine = contacts.filter(pl.col("contact_id").is_in(contact_ids))
-    handles = sorted({h for hs in mine["handles"].to_list() for h in (hs or [])} | set(person_handles)
-                     ) if mine.height or person_handles else []
+    handles = sorted({h for hs in mine["handles"].to_list() for h in (hs or [])} | set(person_handles))
     batches = sorted(set(mine["batch"].drop_nulls().to_list())) if mine.height else []
     chat_ids: set[str] = set()
     # group chats they wrote in or were part of: their chunks hold the person's lines or name

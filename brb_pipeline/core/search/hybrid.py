@@ -138,9 +138,7 @@ def search(
     min_similarity: float | None = None,
     parallel: bool = True,
     region: str = "US",
-    topics: bool = False,
-    resident: Resident | None = None,
-    chunk_ids: Sequence[str] | None = None,
+    topics: bool = False, resident: Resident | None = None, chunk_ids: Sequence[str] | None = None,
 ) -> SearchResult:
     """Search the chunk store (and with ``topics`` the topic summaries, see :mod:`.topics`).
 
@@ -151,7 +149,8 @@ def search(
         mode: ``hybrid`` (both lists fused), ``vector`` or ``lexical``.
         k: hits returned.
         fusion: how hybrid combines its lists (default :class:`Fusion`'s defaults).
-        contact_ids, channel, since, until: filters, applied before any top-n; ``since``/``until``
+        contact_ids, channel, since, until, chunk_ids: filters, applied before any top-n (no topics
+            with ``chunk_ids``, e.g. the passages a person speaks in); ``since``/``until``
             keep chunks overlapping ``[since, until)`` (naive datetimes are UTC).
         ef_search: HNSW search breadth (``hnsw_ef_search``).
         candidates: depth of each candidate list (at least ``2 * k`` when merging).
@@ -164,7 +163,6 @@ def search(
         region: default region for phone numbers typed without a country code (the settings'
             ``default_region``, which the documents' phone tokens were made with).
         topics: also rank topic summaries (:class:`.topics.TopicHit`; none under a channel filter).
-        chunk_ids: only these chunks (the passages a person speaks in, ``--from``); no topics then.
         resident: the store's chunks held in memory (:class:`.resident.Resident`, loaded from
             ``con``'s store): both lists, the filters and the rows come from it, with the same
             answers as the SQL path; the topics still come from ``con``.
