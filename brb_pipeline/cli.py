@@ -222,9 +222,9 @@ def _in_worker(fn, cancel=None, s: Settings | None = None):
 
 
 def _resolve_contacts(s: Settings, names: list[str]) -> list[str]:
-    from brb_pipeline.core.contacts.lookup import find_contacts
+    from brb_pipeline.core.contacts.people_db import person_contact_ids
 
-    return find_contacts(s.brb_db, names, default_region=s.default_region)
+    return person_contact_ids(s.brb_db, names, default_region=s.default_region)
 
 
 @main.command()

@@ -239,3 +239,23 @@ def test_forget_a_group_only_person(world, tmp_path):
     senders = {line["sender"] for h in out["hits"] for line in h["lines"]}
     assert {"John Carter", STRANGER, "Me"} <= senders and "Nate Ortiz" not in senders
     assert "Nate Ortiz" not in {p["name"] for p in _people({"home": home, "env": env}).values()}
+
+
+def test_a_persons_conversations_and_partitions_are_found_by_name(world):
+    """Dagster: `contact_backfill_job` / `brb ingest --contact` take a person to all their
+    conversations, and the `people_partitions` table names each one's partition."""
+    from brb_pipeline.core.contacts.people_db import partitions_table, person_contact_ids
+
+    db = world["home"] / "brb.db"
+    mel = _people(world)["Melanie Hartley"]
+    assert person_contact_ids(db, ["Melanie"]) == sorted(mel["conversation_ids"])
+    assert person_contact_ids(db, ["Climbing crew"]) == [c for c in _people(world)["Dave Kim"]["conversation_ids"]]
+    con = sqlite3.connect(db)
+    batch = dict(con.execute("SELECT contact_id, batch FROM contacts").fetchall())
+    con.close()
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in partitions_table(db).splitlines()[2:]}
+    assert set(rows) == set(CARDS) | {STRANGER}
+    for cid in mel["conversation_ids"]:
+        assert f"({batch[cid]})" in rows["Melanie Hartley"]
+    assert "Lisbon trip" in rows["Melanie Hartley"] and "1:1" not in rows["Melanie Hartley"]
+    assert "1:1" in rows["Caroline Brooks"] and "Climbing crew" in rows["John Smith"]

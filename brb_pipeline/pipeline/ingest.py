@@ -378,6 +378,7 @@ def run_batches(s: Settings, model_id: str | None = None) -> tuple[list[str], li
         "removed_batches": len(diff["removed"]),
         "largest_batch_messages": int(frame["messages"].max() or 0) if frame.height else 0,
         "people": people_table(contacts),
+        "people_partitions": people_db.partitions_table(s.brb_db),  # group-only people too
     }
     return all_keys, diff["changed"], meta
 

@@ -161,3 +161,44 @@ def forget_targets(path: Path, names: Sequence[str], *, default_region: str = "U
         else:
             handles.extend(people[pid]["handles"])
     return sorted(set(contact_ids)), sorted(set(handles))
+
+
+def person_contact_ids(path: Path, names: Sequence[str], *, default_region: str = "US") -> list[str]:
+    """The conversations (contact ids, 1:1 and groups) of the people ``names`` name: what
+    ``brb ingest --contact NAME`` and the Dagster ``contact_backfill_job`` re-run. A name no
+    person has (a group chat's name, a store made before people) is looked up among contacts."""
+    from brb_pipeline.core.contacts.lookup import find_contacts
+
+    out: set[str] = set()
+    for name in names:
+        try:
+            pids = find_people(path, [name], default_region=default_region) if has_people(path) else []
+        except BrbError:
+            pids = []
+        out |= set(conversations_of(path, pids)) if pids else set(find_contacts(path, [name],
+                                                                                 default_region=default_region))
+    return sorted(out)
+
+
+def partitions_table(path: Path) -> str:
+    """A markdown table for the Dagster UI, one row per person: each conversation they take part
+    in (its name, 1:1 or group) and the partition (batch) that holds it. Names are identities:
+    shown only where the home's Dagster metadata may hold them (``assets.results.safe_metadata``).
+    """
+    rows = ["| person | conversations (partition) |", "|---|---|"]
+    with metadata.connect(path) as c:
+        data = c.execute(
+            "SELECT p.display_name, c.display_name, m.kind, c.batch FROM members m "
+            "JOIN people p ON p.person_id = m.person_id JOIN contacts c ON c.contact_id = m.contact_id "
+            "ORDER BY p.messages DESC, p.person_id, m.kind, c.rank").fetchall()
+    by: dict[str, list[str]] = {}
+    for person, conv, kind, batch in data:
+        label = "1:1" if kind == "direct" else _md(conv)
+        by.setdefault(person, []).append(f"{label} ({batch or 'no batch'})")
+    rows += [f"| {_md(p)} | {' · '.join(convs)} |" for p, convs in by.items()]
+    return "\n".join(rows)
+
+
+def _md(text: str) -> str:
+    """``text`` safe in one markdown table cell."""
+    return " ".join(text.split()).translate(str.maketrans({c: "\\" + c for c in "\\|*_`[]<>#"}))
