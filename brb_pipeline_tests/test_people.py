@@ -259,3 +259,79 @@ def test_a_persons_conversations_and_partitions_are_found_by_name(world):
         assert f"({batch[cid]})" in rows["Melanie Hartley"]
     assert "Lisbon trip" in rows["Melanie Hartley"] and "1:1" not in rows["Melanie Hartley"]
     assert "1:1" in rows["Caroline Brooks"] and "Climbing crew" in rows["John Smith"]
+
+
+def test_a_store_made_before_people_exist_says_so_and_still_searches(world, tmp_path):
+    """Old brb.db (no people rows): `brb people` and `--from` are one line asking for an ingest;
+    search routes by contact as before; status counts 0 people."""
+    from brb_pipeline_tests.homes import copy_home
+
+    home = copy_home(world["home"], tmp_path / "old")
+    con = sqlite3.connect(home / "brb.db")
+    con.execute("DELETE FROM members")
+    con.execute("DELETE FROM people")
+    con.commit()
+    con.close()
+    old = {"home": home, "env": world["env"]}
+    r = brb("people", home=home, env=world["env"])
+    assert r.returncode == 2 and "run `brb ingest`" in r.stderr and "Traceback" not in r.stderr
+    r = brb("search", "plans", "--from", "Jon Reyes", home=home, env=world["env"])
+    assert r.returncode == 2 and "run `brb ingest`" in r.stderr and "Traceback" not in r.stderr
+    out = _json(old, "search", "what did Caroline Brooks say about the cake", "--mode", "lexical")
+    assert out["routing"]["contact_ids"] == [_people(world)["Caroline Brooks"]["person_id"]]  # her 1:1 contact
+    assert "lines" not in out["hits"][0]
+    assert _json(old, "status")["people"] == 0
+
+
+# --- the pure parts, on hand-made inputs -----------------------------------------------------
+
+def test_passage_lines_reads_senders_back():
+    from brb_pipeline.core.contacts.speakers import passage_lines
+
+    members = [("c:1", "Ann Lee", ["+1"]), ("c:2", "Ann Lee Jr", ["+2"]), ("h:3", "+3", ["+3"])]
+    content = "Ann Lee Jr (10:01): hi: there\nAnn Lee (10:02): yo\n+3: no time\nMe (10:03): ok\nweird line"
+    got = [(x["sender"], x["sender_handle"], x["time"], x["text"]) for x in passage_lines(content, members)]
+    assert got == [("Ann Lee Jr", "+2", "10:01", "hi: there"), ("Ann Lee", "+1", "10:02", "yo"),
+                   ("+3", "+3", None, "no time"), ("Me", None, "10:03", "ok"), (None, None, None, "weird line")]
+    # two members with one name: the line is theirs, but whose handle is unknown
+    assert passage_lines("Sam (09:00): x", [("c:a", "Sam", ["+a"]), ("c:b", "Sam", ["+b"])])[0][
+        "sender_handle"] is None
+
+
+def test_people_router_narrows_and_reports_ambiguity():
+    from brb_pipeline.core.contacts.people_routing import PeopleRouter
+    from brb_pipeline.core.contacts.routing import ContactRef
+
+    people = [ContactRef("j1", "John Smith"), ContactRef("j2", "John Carter"), ContactRef("d", "Dave Kim", (), "Davey"),
+              ContactRef("y", "Riley Young")]
+    convs = {"j1": {"g:climb"}, "j2": {"g:books", "c:j2"}, "d": {"g:climb"}, "y": {"c:y"}}
+    router = PeopleRouter(people, convs, {"g:climb": "Climbing crew", "g:books": "Book club"})
+    r = router.route("what did John say")
+    assert r.person_ids == ["j1", "j2"] and r.ambiguous[0]["people"] == ["John Smith", "John Carter"]
+    assert r.contact_ids == ["c:j2", "g:books", "g:climb"]
+    assert router.route("John and Davey's chalk").person_ids == ["j1", "d"]  # shares a chat with Dave
+    r = router.route("John from the book club")
+    assert r.person_ids == ["j2"] and r.ambiguous == [] and r.contact_ids == ["c:j2", "g:books"]
+    assert router.route("what did Young say").person_ids == ["y"]  # a capitalized last name
+    assert router.route("young people say what").person_ids == []  # lower case: a word
+    assert router.route("Young people say what").person_ids == []  # first word: any word has a capital
+
+
+def test_person_stats_count_group_messages_and_replies_each_way():
+    from brb_pipeline.core.contacts.people import person_stats
+    import polars as pl
+
+    t = [T0 + timedelta(seconds=60 * i) for i in range(6)]
+    msgs = pl.DataFrame({
+        "chat_id": ["g", "g", "g", "d", "d", "d"], "message_id": list("abcdef"),
+        "sender": ["+1", "+2", None, "+1", None, "+1"], "is_from_me": [False, False, True, False, True, False],
+        "ts": t})
+    members = pl.DataFrame({"chat_id": ["g", "g", "d"], "person_id": ["p1", "p2", "p1"],
+                            "contact_id": ["g:g", "g:g", "p1"], "kind": ["group", "group", "direct"]})
+    hp = pl.DataFrame({"handle": ["+1", "+2"], "person_id": ["p1", "p2"]})
+    out = {r["person_id"]: r for r in person_stats(msgs, members, hp).iter_rows(named=True)}
+    p1, p2 = out["p1"], out["p2"]
+    assert (p1["received"], p1["sent"], p1["messages"], p1["group_messages"]) == (3, 2, 5, 2)
+    assert (p2["received"], p2["sent"], p2["messages"], p2["group_messages"]) == (1, 1, 2, 2)
+    assert p1["avg_response_s_them"] == 60.0  # f answers e one minute later
+    assert p1["avg_response_s_me"] == 60.0 and p2["avg_response_s_me"] == 60.0  # e answers d; c answers b

@@ -69,12 +69,13 @@ class _People:
     @classmethod
     def read(cls, s: Settings) -> _People | None:
         """None for a store made before people existed (search then routes by contact)."""
-        if not people_db.has_people(s.brb_db):
+        view = people_db.search_view(s.brb_db)
+        if view is None:
             return None
-        rows = people_db.people_rows(s.brb_db)
+        rows, members = view
         refs = [ContactRef(r["person_id"], r["display_name"], tuple(r["handles"]), r.get("nickname")) for r in rows]
         convs = {r["person_id"]: {c["contact_id"] for c in r["conversations"]} for r in rows}
-        return cls(refs, convs, people_db.members_by_chat(s.brb_db), {r["person_id"]: r["display_name"] for r in rows})
+        return cls(refs, convs, members, {r["person_id"]: r["display_name"] for r in rows})
 
 
 @dataclass(frozen=True)

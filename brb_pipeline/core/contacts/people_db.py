@@ -70,15 +70,27 @@ def people_rows(path: Path) -> list[dict[str, Any]]:
     return data
 
 
-def members_by_chat(path: Path) -> dict[str, list[tuple[str, str, list[str]]]]:
-    """chat_id -> ``[(person_id, display_name, handles)]`` of its members, by name."""
-    out: dict[str, list[tuple[str, str, list[str]]]] = {}
+def search_view(path: Path) -> tuple[list[dict[str, Any]], dict[str, list[tuple[str, str, list[str]]]]] | None:
+    """What search reads of the people, with one open of brb.db (in an encrypted home each open
+    unseals the whole file): :func:`people_rows`'s rows and chat_id -> ``[(person_id,
+    display_name, handles)]`` of its members, by name. None when the store has no people."""
     with metadata.connect(path) as c:
-        for chat_id, pid, name, handles in c.execute(
-                "SELECT m.chat_id, p.person_id, p.display_name, p.handles_json FROM members m "
-                "JOIN people p ON p.person_id = m.person_id ORDER BY m.chat_id, p.display_name, p.person_id"):
-            out.setdefault(chat_id, []).append((pid, name, json.loads(handles)))
-    return out
+        cur = c.execute("SELECT person_id, display_name, nickname, handles_json FROM people")
+        rows = [{"person_id": p, "display_name": n, "nickname": k, "handles": json.loads(h)} for p, n, k, h in cur]
+        if not rows:
+            return None
+        members = c.execute("SELECT chat_id, person_id, contact_id FROM members ORDER BY chat_id").fetchall()
+    by_id = {r["person_id"]: r for r in rows}
+    by_chat: dict[str, list[tuple[str, str, list[str]]]] = {}
+    for r in rows:
+        r["conversations"] = []
+    for chat_id, pid, cid in members:
+        p = by_id[pid]
+        p["conversations"].append({"chat_id": chat_id, "contact_id": cid})
+        by_chat.setdefault(chat_id, []).append((pid, p["display_name"], p["handles"]))
+    for ms in by_chat.values():
+        ms.sort(key=lambda m: (m[1], m[0]))
+    return rows, by_chat
 
 
 def conversations_of(path: Path, person_ids: Sequence[str]) -> list[str]:

@@ -9,7 +9,7 @@ Deterministic rules, no model:
   routes when exactly one contact has it. A router over *people* (``ambiguous=True``) also routes
   a first name several people share (all of them, reported in ``RoutedQuery.ambiguous``), a
   nickname, and a last name typed with a capital ("Hartley", not "hartley": many last names are
-  words).
+  words), unless it is the question's first word.
 * A suffix after an apostrophe stays with the name ("Ayşe's", "Ayşe'nin", "Ayşe’yle").
 * E-mail handles match as a word; phone handles match digit-wise, including the national part
   typed without the country code ("532 123 45 67" matches +905321234567).
@@ -141,8 +141,10 @@ class Router:
         while i < len(tokens):
             for n in self._lengths:
                 key = tuple(t[2] for t in tokens[i : i + n])
+                # a last name only counts typed with a capital, and not as the question's first
+                # word (where any word has one: "Young people ...")
                 if len(key) == n and key in self._phrases and (
-                        key not in self._cased or query[tokens[i][0]].isupper()):
+                        key not in self._cased or (i > 0 and query[tokens[i][0]].isupper())):
                     start, end = tokens[i][0], tokens[i + n - 1][1]
                     spans.append((start, end, sorted(self._phrases[key]), query[start:end]))
                     i += n
