@@ -335,3 +335,11 @@ def test_person_stats_count_group_messages_and_replies_each_way():
     assert (p2["received"], p2["sent"], p2["messages"], p2["group_messages"]) == (1, 1, 2, 2)
     assert p1["avg_response_s_them"] == 60.0  # f answers e one minute later
     assert p1["avg_response_s_me"] == 60.0 and p2["avg_response_s_me"] == 60.0  # e answers d; c answers b
+
+
+def test_contact_filter_takes_a_group_name_and_refuses_an_ambiguous_person(world):
+    people = _people(world)
+    out = _json(world, "search", "plans", "--contact", "Climbing crew", "--mode", "lexical")
+    assert out["filters"]["contact_ids"] == [c for c in people["Dave Kim"]["conversation_ids"] if c.startswith("g:")]
+    r = brb("search", "plans", "--contact", "John", home=world["home"], env=world["env"])
+    assert r.returncode == 2 and "'John' matches 3 people" in r.stderr and "Traceback" not in r.stderr

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 from brb_pipeline.core import metadata
 from brb_pipeline.core.store import duck
-from brb_pipeline.core.contacts.lookup import find_contacts
 from brb_pipeline.core.errors import StoreError
 from brb_pipeline.core.search.fusion import Fusion
 from brb_pipeline.core.contacts import people_db
@@ -244,11 +243,8 @@ class Searcher:
         routing: dict[str, Any] = {"matched": [], "contact_ids": [], "query": query, "person_ids": [],
                                    "ambiguous": []}
         contact_ids: list[str] = []
-        if contacts and self.people:
-            pids = people_db.find_people(s.brb_db, contacts, default_region=s.default_region)
-            contact_ids = sorted(set().union(*(self.people.conversations.get(p, set()) for p in pids)))
-        elif contacts:
-            contact_ids = find_contacts(s.brb_db, contacts, default_region=s.default_region)
+        if contacts:  # a person's conversations (a group chat's name: that group)
+            contact_ids = people_db.person_contact_ids(s.brb_db, contacts, default_region=s.default_region)
         chunk_ids = None
         if senders:
             if not self.people:

@@ -111,39 +111,61 @@ def handle_names(path: Path) -> dict[str, str]:
             "SELECT p.display_name, j.value FROM people p, json_each(p.handles_json) j ORDER BY p.person_id")}
 
 
-def find_people(path: Path, names: Sequence[str], *, default_region: str = "US") -> list[str]:
-    """Person ids for each of ``names`` as a person types them; one-line errors for no match or
-    an ambiguous one.
-
-    Per name, first rule with a match wins: person id, handle (normalized), whole display name or
-    nickname, then a display name with a word starting with it ("Mel" finds "Melanie Hartley").
-    """
+def match_people(rows: Sequence[dict[str, Any]], name: str, *, default_region: str = "US") -> list[dict[str, Any]]:
+    """The people (:func:`people_rows`) ``name`` names as a person types it; first rule with a
+    match wins: person id, handle (normalized), whole display name or nickname, then a display
+    name with a word starting with it ("Mel" finds "Melanie Hartley")."""
     from brb_pipeline.core.records.handles import normalize_handle  # phonenumbers: only here
 
+    q = name.strip()
+    fq = fold(q)
+    handle = normalize_handle(q, default_region)
+    rules = (
+        lambda r: r["person_id"] == q,
+        lambda r: bool(handle) and handle in r["handles"],
+        lambda r: fold(r["display_name"]) == fq or fold(r.get("nickname") or "") == fq,
+        lambda r: any(w.startswith(fq) for w in fold(r["display_name"]).split()),
+    )
+    for rule in rules:
+        hits = [r for r in rows if rule(r)]
+        if hits:
+            return hits
+    return []
+
+
+def _ambiguous(name: str, hits: Sequence[dict[str, Any]]) -> BrbError:
+    shown = ", ".join(sorted(r["display_name"] for r in hits)[:5])
+    return BrbError(f"{name.strip()!r} matches {len(hits)} people ({shown}): be more specific or use a handle")
+
+
+def find_people(path: Path, names: Sequence[str], *, default_region: str = "US") -> list[str]:
+    """Person ids for each of ``names`` (:func:`match_people`); one-line errors for no match or
+    an ambiguous one."""
     rows = people_rows(path)
     out: list[str] = []
     for name in names:
-        q = name.strip()
-        fq = fold(q)
-        handle = normalize_handle(q, default_region)
-        rules = (
-            lambda r: r["person_id"] == q,
-            lambda r: bool(handle) and handle in r["handles"],
-            lambda r: fold(r["display_name"]) == fq or fold(r.get("nickname") or "") == fq,
-            lambda r: any(w.startswith(fq) for w in fold(r["display_name"]).split()),
-        )
-        hits: list[dict] = []
-        for rule in rules:
-            hits = [r for r in rows if rule(r)]
-            if hits:
-                break
+        hits = match_people(rows, name, default_region=default_region)
         if not hits:
-            raise BrbError(f"no person matches {q!r}: see `brb people` or use a handle (+15551234567, a@b.com)")
+            raise BrbError(f"no person matches {name.strip()!r}: see `brb people` or use a handle "
+                           "(+15551234567, a@b.com)")
         if len(hits) > 1:
-            shown = ", ".join(sorted(r["display_name"] for r in hits)[:5])
-            raise BrbError(f"{q!r} matches {len(hits)} people ({shown}): be more specific or use a handle")
+            raise _ambiguous(name, hits)
         out.append(hits[0]["person_id"])
     return out
+
+
+def _person_or_contacts(path: Path, rows: Sequence[dict[str, Any]], name: str, region: str
+                        ) -> tuple[dict[str, Any] | None, list[str]]:
+    """(the one person ``name`` names, or None and the contacts it names instead: a group chat's
+    name, or any name in a store made before people). Raises on an ambiguous person."""
+    from brb_pipeline.core.contacts.lookup import find_contacts
+
+    hits = match_people(rows, name, default_region=region)
+    if len(hits) > 1:
+        raise _ambiguous(name, hits)
+    if hits:
+        return hits[0], []
+    return None, find_contacts(path, [name], default_region=region)
 
 
 def forget_targets(path: Path, names: Sequence[str], *, default_region: str = "US") -> tuple[list[str], list[str]]:
@@ -151,44 +173,35 @@ def forget_targets(path: Path, names: Sequence[str], *, default_region: str = "U
 
     A name is looked up among people first: a person with a 1:1 conversation is that contact; a
     person seen only in groups is their handles (their messages leave the groups, the others'
-    stay). A name no person has (a group chat's name, a store made before people) falls back to
-    the contacts.
+    stay). A name no person has (a group chat's name, a store made before people) is looked up
+    among the contacts.
     """
-    from brb_pipeline.core.contacts.lookup import find_contacts
-
-    people = {r["person_id"]: r for r in people_rows(path)} if has_people(path) else {}
+    rows = people_rows(path)
     with metadata.connect(path) as c:
         direct = {r[0] for r in c.execute("SELECT contact_id FROM contacts WHERE kind = 'direct'")}
     contact_ids: list[str] = []
     handles: list[str] = []
     for name in names:
-        try:
-            pid = find_people(path, [name], default_region=default_region)[0] if people else None
-        except BrbError:
-            pid = None
-        if pid is None:
-            contact_ids.extend(find_contacts(path, [name], default_region=default_region))
-        elif pid in direct:
-            contact_ids.append(pid)
+        person, contacts = _person_or_contacts(path, rows, name, default_region)
+        if person is None:
+            contact_ids.extend(contacts)
+        elif person["person_id"] in direct:
+            contact_ids.append(person["person_id"])
         else:
-            handles.extend(people[pid]["handles"])
+            handles.extend(person["handles"])
     return sorted(set(contact_ids)), sorted(set(handles))
 
 
 def person_contact_ids(path: Path, names: Sequence[str], *, default_region: str = "US") -> list[str]:
     """The conversations (contact ids, 1:1 and groups) of the people ``names`` name: what
-    ``brb ingest --contact NAME`` and the Dagster ``contact_backfill_job`` re-run. A name no
-    person has (a group chat's name, a store made before people) is looked up among contacts."""
-    from brb_pipeline.core.contacts.lookup import find_contacts
-
+    ``brb ingest --contact NAME``, ``brb search --contact NAME`` and the Dagster
+    ``contact_backfill_job`` take. A name no person has (a group chat's name, a store made before
+    people) is looked up among the contacts."""
+    rows = people_rows(path)
     out: set[str] = set()
     for name in names:
-        try:
-            pids = find_people(path, [name], default_region=default_region) if has_people(path) else []
-        except BrbError:
-            pids = []
-        out |= set(conversations_of(path, pids)) if pids else set(find_contacts(path, [name],
-                                                                                 default_region=default_region))
+        person, contacts = _person_or_contacts(path, rows, name, default_region)
+        out |= {c["contact_id"] for c in person["conversations"]} if person else set(contacts)
     return sorted(out)
 
 
