@@ -343,3 +343,17 @@ def test_contact_filter_takes_a_group_name_and_refuses_an_ambiguous_person(world
     assert out["filters"]["contact_ids"] == [c for c in people["Dave Kim"]["conversation_ids"] if c.startswith("g:")]
     r = brb("search", "plans", "--contact", "John", home=world["home"], env=world["env"])
     assert r.returncode == 2 and "'John' matches 3 people" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("query, who", [
+    ("what did John say about bouldering and chalk", "John Smith"),
+    ("what did John say about the novel chapter", "John Carter"),
+    ("what did John say about the invoice mortgage", "John Baker"),
+])
+def test_an_ambiguous_john_still_finds_the_right_johns_passage(world, query, who):
+    """All three Johns are searched (and said so); the rest of the question ranks the right one's
+    conversation first."""
+    people = _people(world)
+    out = _json(world, "search", query, "--mode", "lexical", "-k", "3")
+    assert len(out["routing"]["ambiguous"]) == 1
+    assert out["hits"][0]["contact_id"] in people[who]["conversation_ids"]
