@@ -18,6 +18,7 @@ import click
 from brb_pipeline.cli_insights import insights_command
 from brb_pipeline.cli_keys import encryption_override, no_encryption_opt, rekey_command
 from brb_pipeline.cli_mcp import mcp_command
+from brb_pipeline.cli_people import people_command
 from brb_pipeline.cli_profile import profile_command
 from brb_pipeline.cli_recovery import check_db, finish_forgets, forget_targets, rebuild_home, wipe_events
 from brb_pipeline.cli_output import MAIL_WARNING, WHATSAPP_WARNING, search_text, status_dict, status_lines
@@ -241,9 +242,9 @@ def _in_worker(fn, cancel=None, s: Settings | None = None):
 
 
 def _resolve_contacts(s: Settings, names: list[str]) -> list[str]:
-    from brb_pipeline.core.contacts.lookup import find_contacts
+    from brb_pipeline.core.contacts.people_db import person_contact_ids
 
-    return find_contacts(s.brb_db, names, default_region=s.default_region)
+    return person_contact_ids(s.brb_db, names, default_region=s.default_region)
 
 
 @main.command()
@@ -334,7 +335,9 @@ def _parse_date(value: str | None, name: str):
 
 @main.command()
 @click.argument("query")
-@click.option("--contact", "contacts", multiple=True, help="Only this contact (name or handle); repeatable.")
+@click.option("--contact", "contacts", multiple=True,
+              help="Only conversations this person takes part in, 1:1 and groups (name or handle); repeatable.")
+@click.option("--from", "senders", multiple=True, help="Only passages with a message this person sent; repeatable.")
 @click.option("--since", default=None, help="Only chunks from this date on (YYYY-MM-DD[THH:MM]).")
 @click.option("--until", default=None, help="Only chunks before this date.")
 @click.option("--mode", type=click.Choice(["hybrid", "vector", "lexical"]), default="hybrid", show_default=True)
@@ -346,7 +349,7 @@ def _parse_date(value: str | None, name: str):
 @click.option("--no-route", is_flag=True, help="Do not turn a contact named in the query into a filter.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @home_opt
-def search(query, contacts, since, until, mode, k, channel, context, diversity, no_route, as_json, home):
+def search(query, contacts, senders, since, until, mode, k, channel, context, diversity, no_route, as_json, home):
     """Hybrid (vector + BM25, fused) search over your conversations; overlapping windows of one
     conversation come back as one passage.
 
@@ -361,7 +364,8 @@ def search(query, contacts, since, until, mode, k, channel, context, diversity, 
 
     s = _settings(home)
     finish_forgets(s)  # a `brb forget` killed half-way is finished before anything is shown
-    options = dict(mode=mode, k=k, contacts=list(contacts) or None, since=_parse_date(since, "--since"),
+    options = dict(mode=mode, k=k, contacts=list(contacts) or None, senders=list(senders) or None,
+                   since=_parse_date(since, "--since"),
                    until=_parse_date(until, "--until"), channel=channel, route=not no_route, context=context,
                    diversity=diversity)
     import duckdb
@@ -465,13 +469,13 @@ def forget(contacts, yes, home):
     if not s.brb_db.exists():
         raise BrbError(f"nothing stored in {s.home}")
     finished = finish_forgets(s, wait=True)
-    ids, already = forget_targets(s, list(contacts), finished)
-    if ids and not yes:
-        click.confirm(f"Forget {len(ids)} contact(s) everywhere in {s.home}?", abort=True)
+    ids, group_only, already = forget_targets(s, list(contacts), finished)
+    if (ids or group_only) and not yes:
+        click.confirm(f"Forget {len(ids) + (1 if group_only else 0)} contact(s) everywhere in {s.home}?", abort=True)
     report: dict[str, Any] = {"contacts": 0, "already_forgotten": already, "interrupted_forgets_finished": len(finished)}
-    if ids:
+    if ids or group_only:
         with hold(s.home, what="forget", on_wait=lambda m: click.echo(f"brb: {m}", err=True)):
-            report = {**forget_contacts(s, ids, finish=wipe_events), "already_forgotten": already,
+            report = {**forget_contacts(s, ids, group_only, finish=wipe_events), "already_forgotten": already,
                       "interrupted_forgets_finished": len(finished)}
     click.echo(json.dumps(report, indent=2))
     click.echo("brb: forgotten. The map is redrawn at the next `brb ingest`.", err=True)
@@ -492,6 +496,7 @@ def delete_all_cmd(yes, home):
 
 
 main.add_command(profile_command(home_opt, _settings))
+main.add_command(people_command(home_opt, _settings))
 main.add_command(insights_command(home_opt, _settings))
 main.add_command(rekey_command(home_opt, _settings))
 main.add_command(mcp_command(home_opt, _settings))

@@ -29,7 +29,8 @@ def status_dict(s: Settings) -> dict[str, Any]:
     from brb_pipeline.core import metadata
 
     out: dict[str, Any] = {
-        "home": str(s.home), "messages": 0, "contacts": 0, "named_contacts": 0, "chunks": 0,
+        "home": str(s.home), "messages": 0, "contacts": 0, "named_contacts": 0, "people": 0, "named_people": 0,
+        "conversations": 0, "chunks": 0,
         "embedding_model": None, "embedding_device": None, "last_ingestion": None, "last_success": None, "channels": s.channels(), "clusters": 0,
         "map": None, "indexes": None, "search_ready": False, "store_update_pending": False, "warnings": [],
         "memory": _memory_status(s), "encryption": _encryption_status(s),
@@ -45,6 +46,7 @@ def status_dict(s: Settings) -> dict[str, Any]:
         out["contacts"] = contacts.height
         out["messages"] = int(contacts["messages"].sum())
         out["named_contacts"] = int((contacts["name_source"] == "addressbook").sum())
+    _people_status(s, out)
     for key, status in (("last_ingestion", None), ("last_success", "success")):
         run = metadata.last_run(s.brb_db, status=status)
         if run:
@@ -63,6 +65,17 @@ def status_dict(s: Settings) -> dict[str, Any]:
     m = s.insights_dir / "map.html"
     out["map"] = str(m) if m.exists() else None
     return out
+
+
+def _people_status(s: Settings, out: dict[str, Any]) -> None:
+    """``people`` (everyone in a chat: one per card or unknown handle), ``named_people`` (from the
+    AddressBook) and ``conversations`` (chats with messages, 1:1 and groups)."""
+    from brb_pipeline.core import metadata
+
+    with metadata.connect(s.brb_db) as c:
+        people, named = c.execute("SELECT count(*), coalesce(sum(name_source = 'addressbook'), 0) FROM people").fetchone()
+        conversations = c.execute("SELECT count(DISTINCT chat_id) FROM members").fetchone()[0]
+    out.update(people=people, named_people=named, conversations=conversations)
 
 
 def _memory_status(s: Settings) -> dict[str, Any]:
@@ -143,6 +156,7 @@ def status_lines(st: dict[str, Any]) -> list[str]:
         f"home            {st['home']}",
         f"messages        {st['messages']:,}",
         f"contacts        {st['contacts']:,} ({st['named_contacts']:,} named)",
+        f"people          {st['people']:,} ({st['named_people']:,} named) in {st['conversations']:,} conversations",
         f"chunks          {st['chunks']:,}",
         f"embedding model {st['embedding_model']}",
         f"clusters        {st['clusters']}",

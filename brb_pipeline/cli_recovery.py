@@ -69,18 +69,23 @@ def finish_forgets(s: Settings, wait: bool = False) -> list[dict]:
     return done
 
 
-def forget_targets(s: Settings, names: list[str], finished: list[dict]) -> tuple[list[str], int]:
-    """(contact ids to forget, how many of ``names`` are already forgotten): a name or handle
-    of a forget just finished, or a forgotten handle, is not an error the second time."""
-    from brb_pipeline.core.contacts.lookup import find_contacts
+def forget_targets(s: Settings, names: list[str], finished: list[dict]) -> tuple[list[str], list[str], int]:
+    """(contact ids to forget, handles of people seen only in groups, how many of ``names`` are
+    already forgotten): a name or handle of a forget just finished, or a forgotten handle, is not
+    an error the second time. A name is looked up among people first
+    (:func:`brb_pipeline.core.contacts.people_db.forget_targets`)."""
+    from brb_pipeline.core.contacts import people_db
     from brb_pipeline.pipeline.forget_journal import was_forgotten
 
-    ids, already = [], 0
+    ids, handles, already = [], [], 0
     for name in names:
         try:
-            ids += find_contacts(s.brb_db, [name], default_region=s.default_region)
+            found, group_only = people_db.forget_targets(s.brb_db, [name], default_region=s.default_region)
         except BrbError:
             if not was_forgotten(s, name, finished, s.default_region):
                 raise
             already += 1
-    return list(dict.fromkeys(ids)), already
+            continue
+        ids += found
+        handles += group_only
+    return list(dict.fromkeys(ids)), sorted(set(handles)), already

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from brb_pipeline.pipeline.repair import backup_forgotten
 from brb_pipeline.settings import Settings
 
 
-def forget_contacts(s: Settings, contact_ids: list[str],
+def forget_contacts(s: Settings, contact_ids: list[str], person_handles: Sequence[str] = (),
                     finish: Callable[[Settings], dict[str, Any]] | None = None) -> dict[str, Any]:
     """Remove everything derived from these contacts; remember them as forgotten.
 
@@ -40,6 +40,8 @@ def forget_contacts(s: Settings, contact_ids: list[str],
     (:func:`brb_pipeline.pipeline.forget_journal.finish_pending`).
 
     Args:
+        person_handles: the handles of people seen only in groups (no contact of their own):
+            their messages leave the group chats, the others' stay.
         finish: a last step (the CLI wipes Dagster's derived events), its counts added to the report.
 
     Returns:
@@ -47,7 +49,7 @@ def forget_contacts(s: Settings, contact_ids: list[str],
     """
     from brb_pipeline.pipeline import forget_journal
 
-    plan = plan_forget(s, contact_ids)
+    plan = plan_forget(s, contact_ids, person_handles)
     entry = forget_journal.begin(s, plan)
     faults.point("forget_journaled")
     report = apply_forget(s, plan)
@@ -59,14 +61,14 @@ def forget_contacts(s: Settings, contact_ids: list[str],
     return report
 
 
-def plan_forget(s: Settings, contact_ids: list[str]) -> dict[str, Any]:
+def plan_forget(s: Settings, contact_ids: list[str], person_handles: Sequence[str] = ()) -> dict[str, Any]:
     """What forgetting ``contact_ids`` removes, worked out before anything is: their handles,
     names (to recognise a rerun), batches, chats, the group chats they shared, and every staged
     chunk id of theirs (the search log is cleaned of them even when a killed run had already
     dropped the chunks)."""
     contacts = metadata.read_contacts(s.brb_db)
     mine = contacts.filter(pl.col("contact_id").is_in(contact_ids))
-    handles = sorted({h for hs in mine["handles"].to_list() for h in (hs or [])}) if mine.height else []
+    handles = sorted({h for hs in mine["handles"].to_list() for h in (hs or [])} | set(person_handles))
     batches = sorted(set(mine["batch"].drop_nulls().to_list())) if mine.height else []
     chat_ids: set[str] = set()
     # group chats they wrote in or were part of: their chunks hold the person's lines or name
@@ -103,6 +105,7 @@ def apply_forget(s: Settings, plan: dict[str, Any]) -> dict[str, Any]:
         report["brb_db_contacts"] = c.execute(
             f"DELETE FROM contacts WHERE contact_id IN ({','.join('?' * len(contact_ids))})", contact_ids).rowcount
         report["brb_db_participants_removed"] = _drop_participants(c, set(handles))
+        report["brb_db_people"] = _drop_people(c, set(handles), contact_ids)
         # the batches' content changed: make the next run re-chunk them (their rows are gone already)
         c.executemany("UPDATE batches SET embedded_fingerprint = NULL, loaded_fingerprint = NULL WHERE batch = ?",
                       [(b,) for b in batches])
@@ -161,6 +164,18 @@ def _partition_ids(path: Path, contact_ids: list[str]) -> set[str]:
         return set()
     df = pl.from_arrow(table.select(["chunk_id", "contact_id"]))
     return set(df.filter(pl.col("contact_id").is_in(contact_ids))["chunk_id"].to_list())
+
+
+def _drop_people(c, handles: set[str], contact_ids: list[str]) -> int:
+    """Delete the people holding a forgotten handle, and the memberships of forgotten chats."""
+    gone = [pid for pid, hs in c.execute("SELECT person_id, handles_json FROM people")
+            if handles & set(json.loads(hs))]
+    for ids, col in ((gone, "person_id"), (list(contact_ids), "contact_id")):
+        if ids:
+            c.execute(f"DELETE FROM members WHERE {col} IN ({','.join('?' * len(ids))})", ids)
+    if gone:
+        c.execute(f"DELETE FROM people WHERE person_id IN ({','.join('?' * len(gone))})", gone)
+    return len(gone)
 
 
 def _drop_participants(c, handles: set[str]) -> int:
