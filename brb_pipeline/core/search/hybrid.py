@@ -182,10 +182,7 @@ def search(
         StoreError: no store, a missing or damaged index (the message names the rebuild
             command), or a query vector of the wrong dimension.
     """
-    if mode not in MODES:
-        raise ValueError(f"unknown search mode {mode!r}; expected one of {MODES}")
-    if diversity is not None and not 0 < diversity <= 1:
-        raise ValueError(f"diversity must be in (0, 1], got {diversity}")
+    _check_options(mode, diversity)
     t_start, fusion = time.perf_counter(), fusion or Fusion()
     q = _prepare(con, mode, query_text, query_vec, k, candidates, merge, ef_search, filters(contact_ids, channel, since,
                  until, chunk_ids), region, resident.state if resident else None, lexical_text)
@@ -208,6 +205,13 @@ def search(
     result.timings_ms["total"] = (time.perf_counter() - t_start) * 1000
     log.debug("Search - %s k=%d: %d hits in %.1f ms", mode, k, len(result.hits), result.timings_ms["total"])
     return result
+
+
+def _check_options(mode: str, diversity: float | None) -> None:
+    if mode not in MODES:
+        raise ValueError(f"unknown search mode {mode!r}; expected one of {MODES}")
+    if diversity is not None and not 0 < diversity <= 1:
+        raise ValueError(f"diversity must be in (0, 1], got {diversity}")
 
 
 def _judge(result: SearchResult, q: _Query, min_similarity: float | None, vec_rows: list, lex_rows: list) -> None:
