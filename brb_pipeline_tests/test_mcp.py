@@ -94,9 +94,10 @@ def test_tools_answer_over_stdio_as_brb_search_does(world, tmp_path):
             assert " ".join(line["text"].split())[:30] in " ".join(want["text"].split()), line
             assert (line["sender"] == "Me") == (line["sender_handle"] is None)
     people = answer(people)
-    assert people["matched"] == status["contacts"] and len(people["people"]) == min(50, status["contacts"])
+    assert people["matched"] == status["people"] and len(people["people"]) == min(50, status["people"])
     st = answer(st)
     assert (st["messages"], st["chunks"], st["contacts"]) == (status["messages"], status["chunks"], status["contacts"])
+    assert (st["people"], st["conversations"]) == (status["people"], status["conversations"])
     assert st["last_ingestion"]["status"] == "success" and st["memory"]["model_based_memory"] is False
     err = errlog.read_text()
     assert "Traceback" not in err and not any(line["text"][:20] in err for h in hits for line in h["lines"])

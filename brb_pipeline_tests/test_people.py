@@ -377,3 +377,20 @@ def test_conversation_lines_name_each_sender_as_passages_do():
         ("m2", "Me", None, "Me (17:01): sure"),
         ("m3", "+9", "+9", "+9 (17:02): who is this"),
     ]
+
+
+def test_mcp_names_group_members_and_takes_a_group_only_person_as_from(world):
+    """`brb mcp` reads the same people: every group member is named in its lines, and ``from``
+    takes a person seen only in groups."""
+    from brb_pipeline_tests.test_mcp import answer, session
+
+    _, (by_contact, by_sender) = session(world["home"], world["env"], [
+        ("search", {"query": "novel chapter", "contact": "Nate Ortiz", "mode": "lexical"}),
+        ("search", {"query": "plans", "from": "Jon Reyes", "mode": "lexical", "k": 20}),
+    ])
+    lines = [line for h in answer(by_contact)["hits"] for line in h["lines"]]
+    by = {line["sender"]: line["sender_handle"] for line in lines}
+    assert by["Nate Ortiz"] == CARDS["Nate Ortiz"][1] and by["John Carter"] == CARDS["John Carter"][1]
+    assert by[STRANGER] == STRANGER and by["Me"] is None
+    hits = answer(by_sender)["hits"]
+    assert hits and all(any(line["sender"] == "Jon Reyes" for line in h["lines"]) for h in hits)

@@ -1,9 +1,10 @@
 """Messages one per line, with who sent each, when, and its id: what a passage and a stretch of
 conversation show an assistant.
 
-The one place `brb mcp` names senders. Today a sender's name is that of the direct contact
-whose handles hold the sender's handle (``brb.db``, as chunking names the lines of a chunk),
-else the handle itself; "Me" for the owner. Messages come from the staging copy
+The one place `brb mcp` names senders: a sender's name is that of the person (AddressBook card)
+whose handles hold the sender's handle (``people_db.handle_names``, as chunking names the lines
+of a chunk, group members included; in a store made before people, the direct contact's), else
+the handle itself; "Me" for the owner. Messages come from the staging copy
 (``staging/messages.parquet``, sealed in an encrypted home) and chats' names and participants
 from ``staging/parsed_chats.parquet``.
 

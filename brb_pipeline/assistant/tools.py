@@ -21,6 +21,7 @@ from typing import Any
 
 from brb_pipeline.assistant.args import Args, ToolError, parse_time
 from brb_pipeline.assistant.lines import Transcript, citation_id
+from brb_pipeline.core.contacts import people_db
 from brb_pipeline.core import metadata
 from brb_pipeline.core.crypto import files
 from brb_pipeline.core.errors import BrbError
@@ -45,6 +46,7 @@ class Home:
     transcript: Transcript
     contacts: list[dict[str, Any]]
     chunk_runs: dict[str, tuple[str, str]]  # chunk_id -> (first_message_id, last_message_id)
+    people: list[dict[str, Any]] | None = None  # people_db.people_rows; None in a store made before people
     log: bool = False
     opened_at: str = ""
 
@@ -63,12 +65,16 @@ class Home:
                 "SELECT chunk_id, first_message_id, last_message_id FROM chunks").fetchall()}
             by_contact = {r["contact_id"]: r["display_name"] for r in contacts}
             by_handle = {h: r["display_name"] for r in contacts if r["kind"] == "direct" for h in r["handles"] or []}
+            if people_db.has_people(s.brb_db):  # every group member named from their card, as passages are
+                by_handle.update(people_db.handle_names(s.brb_db))
             transcript = Transcript.load(paths.messages(s), paths.parsed_chats(s), contact_names=by_contact,
                                          handle_names=by_handle, time_zone=s.time_zone)
         except BaseException:
             searcher.close()
             raise
-        return cls(s, searcher, transcript, contacts, runs, log, datetime.now().astimezone().isoformat(timespec="seconds"))
+        people = people_db.people_rows(s.brb_db) if people_db.has_people(s.brb_db) else None
+        return cls(s, searcher, transcript, contacts, runs, people, log,
+                   datetime.now().astimezone().isoformat(timespec="seconds"))
 
     def close(self) -> None:
         self.searcher.close()
@@ -105,7 +111,7 @@ class Home:
             raise ToolError("'since' must be earlier than 'until'.")
         senders = self._senders(sender) if sender else None
         out = self.searcher.search(query, mode=mode, k=k if senders is None else min(200, 5 * k),
-                                   contacts=[self._contact_id(contact)] if contact else None, since=since,
+                                   contacts=self._conversations(contact) if contact else None, since=since,
                                    until=until, channel=channel, log=self.log)
         hits = [self._passage(h) for h in out["hits"]]
         if senders is not None:
@@ -128,10 +134,32 @@ class Home:
                 raise ToolError(f"No person or group matches {name!r}: list_people shows the names.") from None
             raise ToolError(str(e).splitlines()[0]) from None
 
+    def _conversations(self, name: str) -> list[str]:
+        """The conversations ``contact`` means, as ``brb search --contact`` takes it: every
+        conversation of the person it names (1:1 and groups), or the group chat it names."""
+        if self.people is None:
+            return [self._contact_id(name)]
+        s = self.settings
+        try:
+            return people_db.person_contact_ids(s.brb_db, [name], default_region=s.default_region)
+        except BrbError as e:
+            raise _no_match(name, e) from None
+
+    def _person(self, name: str) -> dict[str, Any]:
+        """The people row ``name`` names (a ToolError for none or several)."""
+        s = self.settings
+        try:
+            pid = people_db.find_people(s.brb_db, [name], default_region=s.default_region)[0]
+        except BrbError as e:
+            raise _no_match(name, e) from None
+        return next(r for r in self.people or [] if r["person_id"] == pid)
+
     def _senders(self, who: str) -> set[str | None]:
         """The sender handles ``from`` names (None stands for the owner: "me")."""
         if who.strip().casefold() in ("me", "myself", "i"):
             return {None}
+        if self.people is not None:  # a person in 1:1 chats or only in groups
+            return set(self._person(who)["handles"])
         cid = self._contact_id(who)
         row = next(r for r in self.contacts if r["contact_id"] == cid)
         if row["kind"] != "direct":
@@ -201,10 +229,22 @@ class Home:
         query, limit = a.text("query", max_len=200), a.integer("limit", 50, 1, 200)
         a.done()
         q = fold(query) if query else None
-        rows = [r for r in self.contacts
+        every = self.contacts if self.people is None else self.people
+        rows = [r for r in every
                 if q is None or q in fold(r["display_name"]) or any(q in fold(h) for h in r["handles"] or [])]
-        return {"people": [self._person_row(r) for r in rows[:limit]], "matched": len(rows),
-                "more": max(0, len(rows) - limit)}
+        show = self._person_row if self.people is None else self._people_row
+        return {"people": [show(r) for r in rows[:limit]], "matched": len(rows), "more": max(0, len(rows) - limit)}
+
+    def _people_row(self, r: dict[str, Any]) -> dict[str, Any]:
+        """A person (one card or unknown handle) across 1:1 chats, groups and channels; ``kind``
+        is "direct" when they have a 1:1 conversation (``contact_id``), else "group_only"."""
+        convs = r["conversations"]
+        direct = next((c["contact_id"] for c in convs if c["kind"] == "direct"), None)
+        return {"name": r["display_name"], "person_id": r["person_id"], "contact_id": direct,
+                "kind": "direct" if direct else "group_only", "handles": r["handles"], "channels": r["channels"],
+                "messages": r["messages"], "sent": r["sent"], "received": r["received"],
+                "group_messages": r["group_messages"], "first": r["first_ts"], "last": r["last_ts"],
+                "conversations": [c["chat_id"] for c in convs]}
 
     def _person_row(self, r: dict[str, Any]) -> dict[str, Any]:
         chats = [c for c, info in self.transcript.chats.items() if info["contact_id"] == r["contact_id"]]
@@ -218,11 +258,16 @@ class Home:
         a = Args("person", arguments, ["name"])
         name = a.text("name", max_len=200, required=True)
         a.done()
-        cid = self._contact_id(name)
-        r = next(r for r in self.contacts if r["contact_id"] == cid)
-        profile = read_profile(self.searcher.con, cid)
-        topics = contact_topics(self.searcher.con, cid)
-        out = {**self._person_row(r), "avg_reply_seconds": {"me": r["avg_response_s_me"],
+        if self.people is None:
+            r = next(r for r in self.contacts if r["contact_id"] == self._contact_id(name))
+            row, cid = self._person_row(r), r["contact_id"]
+        else:
+            r = self._person(name)
+            row = self._people_row(r)
+            cid = row["contact_id"]  # the distilled memory is kept per 1:1 conversation
+        profile = read_profile(self.searcher.con, cid) if cid else None
+        topics = contact_topics(self.searcher.con, cid) if cid else []
+        out = {**row, "avg_reply_seconds": {"me": r["avg_response_s_me"],
                                                             "them": r["avg_response_s_them"]},
                "profile": profile, "topics": topics[:20], "more_topics": max(0, len(topics) - 20)}
         if profile is None and not topics:
@@ -239,7 +284,10 @@ class Home:
         run = metadata.last_run(s.brb_db)
         memory = memory_counts(self.searcher.con)
         return {"home": str(s.home), "messages": sum(r["messages"] or 0 for r in self.contacts),
-                "contacts": len(self.contacts), "chunks": len(self.searcher.resident or []) or None,
+                "contacts": len(self.contacts), "people": None if self.people is None else len(self.people),
+                "conversations": None if self.people is None else len(
+                    {c["chat_id"] for p in self.people for c in p["conversations"]}),
+                "chunks": len(self.searcher.resident or []) or None,
                 "embedding_model": duck.get_meta(self.searcher.con, "embedding_model"),
                 "last_ingestion": {k: run.get(k) for k in ("status", "messages", "first_ts", "last_ts")} | {
                     "finished_at": _iso_epoch(run.get("finished_at"))} if run else None,
@@ -247,6 +295,14 @@ class Home:
                 "memory": {**memory, "model_based_memory": bool(memory["topics"] or memory["profiles"])},
                 "search_log": "on" if self.log else "off", "server_started": self.opened_at,
                 "note": "Answers come from the store as it was when the server started; restart it after an ingest."}
+
+
+def _no_match(name: str, e: BrbError) -> ToolError:
+    """A lookup's error as a tool error: none found points at list_people; several say who."""
+    said = (str(e).splitlines() or ["error"])[0]
+    if said.startswith(("no person matches", "no contact matches")):
+        return ToolError(f"No person or group matches {name!r}: list_people shows the names.")
+    return ToolError(said)
 
 
 def _sent_by(line: dict[str, Any], senders: set[str | None]) -> bool:
