@@ -12,6 +12,7 @@ out); the real numbers come from ``bench_long_chats.py`` with the chosen default
 from __future__ import annotations
 
 import argparse
+import json
 import pickle
 import sys
 from pathlib import Path
@@ -90,6 +91,55 @@ def evaluate(data: dict, fuse_fn, halves=("dev",)) -> dict:
     return {k: (v[0], v[2], round(v[1] / v[2], 3)) for k, v in sorted(agg.items())}
 
 
+def _moved(fused: list, order: list[str]) -> list:
+    """``fused`` with ``order`` on top (those present), the rest in fused order."""
+    top = [d for d in order if d in {x for x, _ in fused}]
+    return [(d, 0.0) for d in dict.fromkeys(top)] + [x for x in fused if x[0] not in top]
+
+
+def _disagree(r: dict, depth: int) -> bool:
+    if not r["vec"] or not r["lex"]:
+        return False
+    return (r["vec"][0][0] not in {d for d, _ in r["lex"][:depth]}
+            and r["lex"][0][0] not in {d for d, _ in r["vec"][:depth]})
+
+
+def variants() -> dict:
+    """The fusion families tried on dev (every one replays the captured lists)."""
+    first = F.Fusion(disagreement_depth=None)
+
+    def base(r: dict, f: F.Fusion = first) -> list:
+        return F.fuse(r["vec"], r["lex"], f, specific=r["specific"], coverage=r["coverage"])
+
+    def lead(r: dict, depth: int, who: str) -> list:
+        fused = base(r)
+        if not _disagree(r, depth):
+            return fused
+        v1, l1 = r["vec"][0][0], r["lex"][0][0]
+        return _moved(fused, [v1, l1] if who == "vector" else [l1, v1])
+
+    def rrf(r: dict, k: int, w: float) -> list:
+        return F.rrf_fuse([[d for d, _ in r["vec"]], [d for d, _ in r["lex"]]], k=k, weights=[1.0, w])
+
+    def combo(r: dict, a: float) -> list:  # the score fusion blended with equal-weight RRF (k=10)
+        s, q = F._minmax(dict(base(r))), F._minmax(dict(rrf(r, 10, 1.0)))
+        return sorted(((d, (1 - a) * s.get(d, 0) + a * q.get(d, 0)) for d in set(s) | set(q)),
+                      key=lambda t: (-t[1], t[0]))
+
+    out = {"first pass (score, coverage)": base,
+           "no coverage rule (0.05 / 0.7)": lambda r: base(r, F.Fusion(covered_lexical_weight=None,
+                                                                         disagreement_depth=None)),
+           "vector only": lambda r: r["vec"], "lexical only": lambda r: r["lex"],
+           "RRF k=60 w=1": lambda r: rrf(r, 60, 1.0), "RRF k=10 w=1": lambda r: rrf(r, 10, 1.0),
+           "RRF k=10 w=0.5": lambda r: rrf(r, 10, 0.5),
+           "first pass + 0.2 RRF": lambda r: combo(r, 0.2), "first pass + 0.5 RRF": lambda r: combo(r, 0.5)}
+    for depth in (5, 10, 20):
+        out[f"disagree@{depth}: vector best, BM25 best"] = lambda r, n=depth: lead(r, n, "vector")
+    out["disagree@10: BM25 best, vector best"] = lambda r: lead(r, 10, "lexical")
+    out["the default now (Fusion())"] = lambda r: base(r, F.Fusion())
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--work", type=Path, default=Path("/tmp/i29b-lc"))
@@ -102,6 +152,15 @@ def main() -> None:
         data = load_all(args.work, args.para)
         args.cache.write_bytes(pickle.dumps(data))
     print({k: len(v[0]) for k, v in data.items()})
+    results = {}
+    for name, fn in variants().items():
+        e = evaluate(data, fn, ("dev", "para"))
+        results[name] = {f"{h}/{c}": {"hit@5": a, "n": n, "mrr@10": m} for (h, c), (a, n, m) in e.items()}
+        print(name.ljust(42), " ".join(f"{h[:4]}/{c[:6]}={a}/{n} ({m:.3f})" for (h, c), (a, n, m) in e.items()))
+    out = ROOT / "benchmarks" / "results" / "fusion_lab_dev.json"
+    out.write_text(json.dumps({"halves": "long-chats dev + the 16 paraphrases (not held out)",
+                               "judge": "bench_long_chats.judge over passages merged as brb merges",
+                               "variants": results}, indent=1))
 
 
 if __name__ == "__main__":
