@@ -24,11 +24,11 @@ sq = lambda s: " ".join(s.split())
 s = Settings.load(sys.argv[1])
 with Searcher.open(s) as se:
     systems = {"vector": dict(mode="vector"), "lexical": dict(mode="lexical"),
-               "hybrid before (fixed 0.05 / 0.7)": dict(mode="hybrid", fusion=Fusion(covered_lexical_weight=None)),
+               "hybrid before (fixed 0.05 / 0.7)": dict(mode="hybrid", fusion=Fusion(covered_lexical_weight=None, disagreement_depth=None)),
                "hybrid first pass (coverage, no both-bests rule)": dict(mode="hybrid", fusion=Fusion(disagreement_depth=None)),
                "hybrid now (coverage + both bests first)": dict(mode="hybrid"),
-               "cov 0.25 w0.5": dict(mode="hybrid", fusion=Fusion(coverage_from=0.25, coverage_full=0.25)),
-               "cov 0.3 w0.5": dict(mode="hybrid", fusion=Fusion(coverage_from=0.3, coverage_full=0.3))}
+               "cov 0.25 w0.5": dict(mode="hybrid", fusion=Fusion(coverage_from=0.25, coverage_full=0.25, disagreement_depth=None)),
+               "cov 0.3 w0.5": dict(mode="hybrid", fusion=Fusion(coverage_from=0.3, coverage_full=0.3, disagreement_depth=None))}
     covs = [se.search(q, mode="lexical", k=5, log=False)["lexical_coverage"] for _, q in Q]
     print("coverage per question:", [round(c or 0, 2) for c in covs], "above 0.5:", sum((c or 0) > 0.5 for c in covs))
     for name, opts in systems.items():
