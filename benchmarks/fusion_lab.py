@@ -140,6 +140,53 @@ def variants() -> dict:
     return out
 
 
+def _features(r: dict) -> tuple[list[str], list[list[float]]]:
+    """Per candidate: normalized cosine and BM25, both reciprocal ranks, in both lists, BM25 x
+    coverage, BM25 x specific, cosine x coverage, the raw cosine."""
+    vec, lex = dict(r["vec"]), dict(r["lex"])
+    vr = {d: i for i, (d, _) in enumerate(r["vec"])}
+    lr = {d: i for i, (d, _) in enumerate(r["lex"])}
+    vn, ln = F._minmax(vec), F._minmax(lex)
+    cov, spec, floor = r["coverage"] or 0.0, float(r["specific"]), min(vec.values(), default=0.0)
+    docs = sorted(set(vec) | set(lex))
+    rows = [[vn.get(d, 0.0), ln.get(d, 0.0), 1 / (1 + vr.get(d, 60)), 1 / (1 + lr.get(d, 60)),
+             float(d in vec and d in lex), ln.get(d, 0.0) * cov, ln.get(d, 0.0) * spec, vn.get(d, 0.0) * cov,
+             vec.get(d, floor)] for d in docs]
+    return docs, rows
+
+
+def rankers(data: dict) -> dict:
+    """Logistic regression over :func:`_features`, trained on dev + paraphrases (label: the
+    candidate's text holds an evidence turn), paraphrases weighted 1/5/20, C 0.1/1. In-sample."""
+    import numpy as np
+    from sklearn.linear_model import LogisticRegression
+
+    xs, ys, ws = [], [], []
+    for recs, meta in data.values():
+        for r in recs:
+            if r["half"] == "test":
+                continue
+            docs, rows = _features(r)
+            ev = [lc.squash(e) for e in r["ev"]]
+            y = [int(any(e in lc.squash(meta[d][6] or "") for e in ev)) for d in docs]
+            if any(y):
+                xs += rows
+                ys += y
+                ws += [1.0 if r["half"] == "dev" else -1.0] * len(y)  # -1: a paraphrase row
+    x, y, para = np.array(xs), np.array(ys), np.array(ws) < 0
+    out = {}
+    for c in (0.1, 1.0):
+        for pw in (1.0, 5.0, 20.0):
+            m = LogisticRegression(C=c, max_iter=2000).fit(x, y, sample_weight=np.where(para, pw, 1.0))
+
+            def fn(r: dict, m: LogisticRegression = m) -> list:
+                docs, rows = _features(r)
+                return sorted(zip(docs, m.decision_function(np.array(rows)), strict=True),
+                              key=lambda t: (-t[1], t[0]))
+            out[f"LR ranker C={c} paraphrase weight {pw} (in-sample)"] = fn
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--work", type=Path, default=Path("/tmp/i29b-lc"))
@@ -153,7 +200,7 @@ def main() -> None:
         args.cache.write_bytes(pickle.dumps(data))
     print({k: len(v[0]) for k, v in data.items()})
     results = {}
-    for name, fn in variants().items():
+    for name, fn in {**variants(), **rankers(data)}.items():
         e = evaluate(data, fn, ("dev", "para"))
         results[name] = {f"{h}/{c}": {"hit@5": a, "n": n, "mrr@10": m} for (h, c), (a, n, m) in e.items()}
         print(name.ljust(42), " ".join(f"{h[:4]}/{c[:6]}={a}/{n} ({m:.3f})" for (h, c), (a, n, m) in e.items()))
