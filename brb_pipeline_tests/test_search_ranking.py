@@ -193,6 +193,7 @@ def test_searcher_reads_dates_and_explicit_bounds_win(con, tmp_path, monkeypatch
                                 "search_min_similarity": 0.0, "search_fusion": "score", "search_lexical_weight": 0.05,
                                 "search_specific_lexical_weight": 0.7, "search_rare_df_share": 1e-4, "rrf_k": 60})()
     s.embedder, s.con, s.stored_model, s.resident, s._names = None, con, None, None, {}
+    s.people, s._people_router = None, None  # no people table: the contact router below decides
     s._router = type("R", (), {"route": staticmethod(lambda text: type("X", (), {"contact_ids": [], "query": text,
                                                                                    "matched": []})())})()
     out = s.search("pottery in March 2024", mode="lexical", log=False)  # the store's chunks are in March 2024
