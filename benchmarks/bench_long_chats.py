@@ -219,12 +219,18 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--misses", action="store_true", help="Print the questions the default misses in the top 5.")
     ap.add_argument("--tune", action="store_true", help="Fusion variants of brb only (no peers); dev only.")
+    ap.add_argument("--before", action="store_true", help="Also the default without the both-bests rule.")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     if args.tune and args.half != "dev":
         ap.error("--tune runs on the dev half only")
-    report, found = evaluate(args.half, args.work, args.reuse, tuning_variants() if args.tune else {}, args.boot,
-                             peers=not args.tune)
+    variants = tuning_variants() if args.tune else {}
+    if args.before:
+        from brb_pipeline.core.search.fusion import Fusion
+
+        variants["brb hybrid without the both-bests rule (first pass)"] = {
+            "mode": "hybrid", "fusion": Fusion(disagreement_depth=None)}
+    report, found = evaluate(args.half, args.work, args.reuse, variants, args.boot, peers=not args.tune)
     print(f"long chats, {args.half} half: recall@5 per category (MRR@10)\n" + table(report))
     if args.misses:
         for q, r, _ in found["brb hybrid (default)"]:

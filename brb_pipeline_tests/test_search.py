@@ -70,7 +70,8 @@ def _query():
 
 def test_hybrid_hits_have_both_ranks_and_match_exact_vector_order(tmp_path):
     con, near, far = _store(tmp_path)
-    res = search(con, query_text="weekend", query_vec=_query(), mode="hybrid", k=10, fusion=Fusion("rrf", 1.0))
+    res = search(con, query_text="weekend", query_vec=_query(), mode="hybrid", k=10,
+                 fusion=Fusion("rrf", 1.0, disagreement_depth=None))  # plain equal RRF, no both-bests rule
     assert len(res.hits) == 10 and res.vector_strategy == "hnsw"
     assert all(h.vector_rank and h.lexical_rank for h in res.hits[:3])  # equal RRF: both lists count
     assert [h.score for h in res.hits] == sorted((h.score for h in res.hits), reverse=True)
@@ -81,7 +82,7 @@ def test_hybrid_hits_have_both_ranks_and_match_exact_vector_order(tmp_path):
     assert vec.hits[0].vector_score == pytest.approx(float(sims.max()), abs=1e-5)
     assert set(res.timings_ms) >= {"vector", "lexical", "fuse", "fetch", "total"}
     serial = search(con, query_text="weekend", query_vec=_query(), mode="hybrid", k=10, parallel=False,
-                    fusion=Fusion("rrf", 1.0))
+                    fusion=Fusion("rrf", 1.0, disagreement_depth=None))
     assert [(h.chunk_id, h.score) for h in serial.hits] == [(h.chunk_id, h.score) for h in res.hits]
     con.close()
 

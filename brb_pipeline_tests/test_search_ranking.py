@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from brb_pipeline.core.search.dates import when
-from brb_pipeline.core.search.fusion import Fusion, phrase_first, quoted_phrases
+from brb_pipeline.core.search.fusion import Fusion, both_bests_first, fuse, phrase_first, quoted_phrases
 from brb_pipeline.core.search.hybrid import search
 from brb_pipeline.core.search.resident import Resident
 from brb_pipeline.core.store import chunks as store
@@ -79,10 +79,36 @@ def test_coverage_raises_the_lexical_weight_in_hybrid(con):
     texts = {r[0]: r[1] for r in rows}
     kw = dict(query_text="pottery class", query_vec=away, k=3, resident=mem, merge=False)
     low = search(con, fusion=Fusion(covered_lexical_weight=None), **kw)
-    high = search(con, fusion=Fusion(covered_lexical_weight=0.9, coverage_from=0.5, coverage_full=0.5), **kw)
+    high = search(con, fusion=Fusion(covered_lexical_weight=0.9, coverage_from=0.5, coverage_full=0.5,
+                                     disagreement_depth=None), **kw)
     assert high.lexical_coverage == pytest.approx(1.0)
     assert "pottery" not in texts[low.hits[0].chunk_id]
     assert "pottery" in texts[high.hits[0].chunk_id]
+    # The lists disagree outright here (each one's best is outside the other's top 10), so the
+    # default keeps both bests on top: the vector's first, BM25's (a pottery chunk) second.
+    both = search(con, fusion=Fusion(covered_lexical_weight=0.9, coverage_from=0.5, coverage_full=0.5), **kw)
+    lex_best = search(con, **{**kw, "mode": "lexical", "query_vec": None}).hits[0].chunk_id
+    assert "pottery" in texts[lex_best]
+    assert [h.chunk_id for h in both.hits[:2]] == [low.hits[0].chunk_id, lex_best]
+
+
+def test_both_bests_first_only_when_the_lists_disagree():
+    fused = [("l1", 0.9), ("x", 0.8), ("y", 0.5), ("v1", 0.4), ("z", 0.1)]
+    vec = [("v1", 0.6), ("y", 0.5), ("x", 0.4)]
+    lex = [("l1", 9.0), ("x", 3.0), ("z", 1.0)]
+    out = both_bests_first(fused, vec, lex, 10)
+    assert [d for d, _ in out] == ["v1", "l1", "x", "y", "z"]
+    scores = [s for _, s in out]
+    assert scores == sorted(scores, reverse=True) and len(out) == len(fused)  # nothing lost, still ordered
+    # BM25's best in the vector top-n (or the vector's in BM25's): they agree, the fused order stands
+    assert both_bests_first(fused, [*vec, ("l1", 0.1)], lex, 10) == fused
+    assert both_bests_first(fused, [*vec, ("l1", 0.1)], lex, 3) == out  # ... unless deeper than n
+    assert both_bests_first(fused, vec, [*lex, ("v1", 0.5)], 10) == fused
+    assert both_bests_first(fused, vec, lex, None) == fused
+    assert both_bests_first(fused, [], lex, 10) == fused and both_bests_first([], vec, lex, 10) == []
+    # through fuse: the default applies it, whichever method
+    assert [d for d, _ in fuse(vec, lex, Fusion())][:2] == ["v1", "l1"]
+    assert [d for d, _ in fuse(vec, lex, Fusion("rrf", 1.0))][:2] == ["v1", "l1"]
 
 
 @pytest.mark.parametrize("mode", ["hybrid", "lexical", "vector"])
@@ -167,6 +193,7 @@ def test_searcher_reads_dates_and_explicit_bounds_win(con, tmp_path, monkeypatch
                                 "search_min_similarity": 0.0, "search_fusion": "score", "search_lexical_weight": 0.05,
                                 "search_specific_lexical_weight": 0.7, "search_rare_df_share": 1e-4, "rrf_k": 60})()
     s.embedder, s.con, s.stored_model, s.resident, s._names = None, con, None, None, {}
+    s.people, s._people_router = None, None  # no people table: the contact router below decides
     s._router = type("R", (), {"route": staticmethod(lambda text: type("X", (), {"contact_ids": [], "query": text,
                                                                                    "matched": []})())})()
     out = s.search("pottery in March 2024", mode="lexical", log=False)  # the store's chunks are in March 2024

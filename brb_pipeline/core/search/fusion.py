@@ -18,6 +18,11 @@ BM25 ranks it well; a paraphrase shares at most a common word with its answer, a
 keeps BM25's weak matches out of the way. Above ``coverage_from`` (0.5) the weight is 0.5
 (chosen on the long-chats dev half, ``benchmarks/bench_long_chats.py --tune``).
 
+When the two lists disagree outright (neither one's best candidate is in the other's top 10),
+:func:`both_bests_first` puts the vector's best first and BM25's best second: that is how a
+paraphrase looks, and there the coverage weight pushed the vector's right answer down (chosen on
+the long-chats dev half and the 4K paraphrase check with ``benchmarks/fusion_lab.py``).
+
 Merging. Windows overlap (window 8, stride 4: each message is in two chunks), so the two chunks
 around one remembered moment would take two of the k slots. Hits of one chat and conversation
 whose time spans intersect become one hit: the union span, the best score and rank, every chunk
@@ -74,6 +79,7 @@ class Fusion:
     coverage_from: float = 0.5
     coverage_full: float = 0.5
     agreement_depth: int | None = None  # the covered weight needs BM25's best in the vector top-n
+    disagreement_depth: int | None = 10  # lists whose bests are both outside the other's top-n: see fuse
 
     def __post_init__(self) -> None:
         if self.method not in FUSION_METHODS:
@@ -201,8 +207,31 @@ def fuse(vector: Sequence[tuple[str, float]], lexical: Sequence[tuple[str, float
         coverage = coverage if lexical[0][0] in near else 0.0
     w = fusion.weight_for(specific, coverage)
     if fusion.method == "score":
-        return score_fuse(vector, lexical, w)
-    return rrf_fuse([[d for d, _ in vector], [d for d, _ in lexical]], k=fusion.rrf_k, weights=[1.0, w])
+        fused = score_fuse(vector, lexical, w)
+    else:
+        fused = rrf_fuse([[d for d, _ in vector], [d for d, _ in lexical]], k=fusion.rrf_k, weights=[1.0, w])
+    return both_bests_first(fused, vector, lexical, fusion.disagreement_depth)
+
+
+def both_bests_first(fused: Sequence[tuple[str, float]], vector: Sequence[tuple[str, float]],
+                     lexical: Sequence[tuple[str, float]], depth: int | None) -> list[tuple[str, float]]:
+    """When the two lists disagree (neither one's best is in the other's top ``depth``), the
+    vector's best first and the lexical's best second, the rest in fused order.
+
+    Disagreement is what a paraphrase looks like: its words are not the ones said, so BM25's best
+    shares a word or two by chance, and the coverage weight can push the vector's right answer
+    down to 2nd-4th. Keeping both bests on top bounds either mode's first hit at rank 2 whatever
+    the weight did (measured on the long-chats dev half and the 4K paraphrase check:
+    ``benchmarks/fusion_lab.py``). The two take the fused list's top score; order is by position."""
+    out = list(fused)
+    if depth is None or not vector or not lexical or len(out) < 2:
+        return out
+    v1, l1 = vector[0][0], lexical[0][0]
+    if v1 in {d for d, _ in lexical[:depth]} or l1 in {d for d, _ in vector[:depth]}:
+        return out
+    top = out[0][1]
+    rest = [x for x in out if x[0] not in (v1, l1)]
+    return [(v1, top), (l1, top), *rest]
 
 
 # ----------------------------------------------------------------------------- merging
