@@ -201,8 +201,11 @@ def test_forget_and_compaction_keep_the_store_encrypted(tmp_path, monkeypatch):
         assert con.execute("SELECT count(*) FROM chunks").fetchone()[0] == 40
         assert con.execute(f"SELECT topic_id FROM {TOPIC_VECTORS}").fetchall() == [("t-concert",)]
         assert not topic_index_due(con)
+        # The kept topic's vector is found. (Asked in hybrid mode, BM25 decides here: with one topic
+        # left, DuckDB's idf of its every word is negative, so no BM25 list can hold it, while the
+        # chunks cover the whole question and get the lexical weight of issue 29's coverage rule.)
         hits = search(con, query_text="jazz concert tickets", query_vec=EMB.embed_query("jazz concert tickets"),
-                      mode="hybrid", k=3, topics=True)
+                      mode="vector", k=3, topics=True)
         assert [h.topic_id for h in hits.hits if h.kind == "topic"][:1] == ["t-concert"]
     finally:
         con.close()
