@@ -77,6 +77,9 @@ def _settings(home: Path | None, write: bool = False, **overrides: Any) -> Setti
               help="Apple Messages chat.db (default on macOS: ~/Library/Messages/chat.db).")
 @click.option("--addressbook", type=click.Path(path_type=Path), default=None,
               help="Folder with AddressBook-v22.abcddb (default on macOS: ~/Library/Application Support/AddressBook).")
+@click.option("--attachments", "attachments_dir", type=click.Path(path_type=Path), default=None,
+              help="Messages attachments folder chat.db's paths resolve against (default: "
+                   "~/Library/Messages/Attachments); files are listed, never opened or copied.")
 @click.option("--whatsapp", type=click.Path(path_type=Path), default=None,
               help="WhatsApp ChatStorage.sqlite; giving it turns the WhatsApp channel on.")
 @click.option("--no-whatsapp", is_flag=True, help="Turn the WhatsApp channel off.")
@@ -92,7 +95,7 @@ def _settings(home: Path | None, write: bool = False, **overrides: Any) -> Setti
 @click.option("--reembed", is_flag=True, help="Embed every chunk again (e.g. after upgrading MLX).")
 @no_encryption_opt
 @home_opt
-def ingest(chat_db, addressbook, whatsapp, no_whatsapp, mail, no_mail, contacts, progress_mode, cancel_file,
+def ingest(chat_db, addressbook, attachments_dir, whatsapp, no_whatsapp, mail, no_mail, contacts, progress_mode, cancel_file,
            no_insights, reembed, no_encryption, home):
     """Snapshot the sources and run every stage: parse, chunk, embed, store, index, map.
 
@@ -101,6 +104,7 @@ def ingest(chat_db, addressbook, whatsapp, no_whatsapp, mail, no_mail, contacts,
     from brb_pipeline import settings as settings_mod
 
     overrides: dict[str, Any] = {"chat_db": chat_db, "addressbook_dir": addressbook,
+                                 **({"attachments_dir": attachments_dir} if attachments_dir else {}),
                                  **encryption_override(no_encryption, home, settings_mod.default_home)}
     if whatsapp:
         overrides.update(whatsapp_db=whatsapp, whatsapp_enabled=True)
@@ -253,6 +257,7 @@ def demo(messages, whatsapp, mail, mail_messages, progress_mode, home, no_encryp
     archive = build_demo_archive(s.demo_archive_dir, messages=messages or None, whatsapp=whatsapp, mail=mail,
                                  mail_messages=mail_messages)
     s = _settings(s.home, chat_db=archive.chat_db, addressbook_dir=archive.addressbook_dir,
+                  attachments_dir=archive.attachments_dir,
                   whatsapp_db=archive.whatsapp_db if whatsapp else None, whatsapp_enabled=bool(whatsapp),
                   mail_dir=archive.mail_dir, mail_enabled=bool(mail), encryption=s.encryption)
     _run_ingest(s, progress_mode, None, [])

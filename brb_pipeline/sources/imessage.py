@@ -46,12 +46,15 @@ from brb_pipeline.core.errors import CancelledError
 from brb_pipeline.core.records.handles import normalize_handle
 from brb_pipeline.core.records import (
     CHAT_SCHEMA,
+    EXTRA,
     MESSAGE_SCHEMA,
     ORPHAN_CHAT_ID,
     REACTION,
     ReadResult,
     read_all,
 )
+from brb_pipeline.sources.imessage_extras import STAT_KEYS as EXTRA_STAT_KEYS
+from brb_pipeline.sources.imessage_extras import ExtrasReader
 from brb_pipeline.sources.imessage_rows import apple_date_to_us, parent_guid, reaction_frame, row_text
 from brb_pipeline.sources.sqlite_ro import (
     BlockReader,
@@ -107,6 +110,7 @@ STAT_KEYS = (
     "date_invalid",
     "from_edit_history",
     "partly_unsent",
+    *EXTRA_STAT_KEYS,
 )
 
 _RAW_SCHEMA = {
@@ -132,6 +136,7 @@ def read_imessage(
     progress: Callable[[int, int], None] | None = None,
     chunk_rows: int = CHUNK_ROWS,
     timeout_s: float = 5.0,
+    attachments_dir: Path | None = None,
 ) -> ReadResult:
     """Read every message and chat of a chat.db, read-only.
 
@@ -142,6 +147,8 @@ def read_imessage(
         progress: called as ``progress(rows_done, rows_total)`` after each chunk.
         chunk_rows: message rows fetched per chunk (bounds memory held in Python tuples).
         timeout_s: how long to wait on a lock when opening.
+        attachments_dir: the folder chat.db's ``~/Library/Messages/Attachments/...`` paths
+            resolve against (None: as written); files are only checked to exist, never opened.
 
     Returns:
         ReadResult with ``messages`` (MESSAGE_SCHEMA, ROWID order), ``chats`` (CHAT_SCHEMA) and
@@ -152,7 +159,7 @@ def read_imessage(
         CancelledError.
     """
     with IMessageStream(path, default_region=default_region, cancel=cancel, progress=progress,
-                        chunk_rows=chunk_rows, timeout_s=timeout_s) as stream:
+                        chunk_rows=chunk_rows, timeout_s=timeout_s, attachments_dir=attachments_dir) as stream:
         return read_all(stream)
 
 
@@ -171,12 +178,14 @@ class IMessageStream(BlockReader):
     per reaction still standing), not the messages.
 
     Args:
-        path, default_region, cancel, progress, chunk_rows, timeout_s: as for
+        path, default_region, cancel, progress, chunk_rows, timeout_s, attachments_dir: as for
             :func:`read_imessage`.
     """
 
-    def __init__(self, path: Path, *, chunk_rows: int = CHUNK_ROWS, **options: Any) -> None:
+    def __init__(self, path: Path, *, chunk_rows: int = CHUNK_ROWS, attachments_dir: Path | None = None,
+                 **options: Any) -> None:
         super().__init__(path, chunk_rows=chunk_rows, **options)
+        self.attachments_dir = Path(attachments_dir).expanduser() if attachments_dir is not None else None
         self.stats = dict.fromkeys(STAT_KEYS, 0)
         self.chats = pl.DataFrame(schema=CHAT_SCHEMA)
         self._t0 = time.perf_counter()
@@ -248,6 +257,7 @@ class IMessageStream(BlockReader):
         )
         self.total = conn.execute("SELECT COUNT(*) FROM message").fetchone()[0]
         self._fold_state(conn.execute(tap_sql))
+        self._extras = ExtrasReader(conn, self.attachments_dir, self.handles)
 
     def _fold_state(self, rows: Iterator[tuple]) -> None:
         """Final tapback state per parent (``self._rx``) and tapback rows per parent id.
@@ -305,7 +315,7 @@ class IMessageStream(BlockReader):
                     break
                 last = rows[-1][0]
                 self.stats["messages_read"] += len(rows)
-                block = self._block(rows)
+                block = self._block(rows, *self._extras.block(conn, rows[0][0], last))
                 del rows
                 if self.progress:
                     self.progress(self.stats["messages_read"], self.total)
@@ -314,8 +324,10 @@ class IMessageStream(BlockReader):
             raise translate_sqlite_error(e, WHAT, self.path) from None
         self._done = True
 
-    def _block(self, rows: list[tuple]) -> pl.DataFrame:
-        """One chunk of source rows -> kept messages (MESSAGE_SCHEMA) with their reactions."""
+    def _block(self, rows: list[tuple], ext: dict[int, list[dict]], facts: dict[int, tuple]) -> pl.DataFrame:
+        """One chunk of source rows -> kept messages (MESSAGE_SCHEMA) with their reactions and
+        extras (``ext``/``facts``: :meth:`ExtrasReader.block` of the chunk's ROWID range)."""
+        self._ext, self._facts, self._pending = ext, facts, []
         raw = pl.DataFrame(self._kept_columns(rows), schema=_RAW_SCHEMA, orient="col")
         messages = raw.select(
             pl.lit(CHANNEL).alias("channel"),
@@ -333,7 +345,7 @@ class IMessageStream(BlockReader):
         )
         self.stats["messages"] += messages.height
         self.stats["date_invalid"] += messages["ts"].null_count()
-        return self._attach_reactions(messages).select(list(MESSAGE_SCHEMA))
+        return self._attach_extras(self._attach_reactions(messages)).select(list(MESSAGE_SCHEMA))
 
     def _kept_columns(self, rows: list[tuple]) -> list[list]:
         """The kept messages of a chunk as the columns of :data:`_RAW_SCHEMA`; counts the rest.
@@ -357,7 +369,7 @@ class IMessageStream(BlockReader):
             if flag & 1:
                 continue  # a tapback: folded from the first pass
             text, src, undec, flag = row_text(text, blob, info, flag, stats)
-            if text is None and not natt:
+            if text is None and not natt and rowid not in self._ext:
                 if flag & 6:
                     stats["unsent_dropped"] += 1
                     continue
@@ -394,7 +406,31 @@ class IMessageStream(BlockReader):
             c_undec.append(undec)
             c_edit.append(bool(flag & 2))
             c_att.append(natt)
+            if rowid in self._ext or rowid in self._facts or guid in self._extras.originators:
+                self._note_extras(rowid, guid, sender, text)
         return [c_rowid, c_guid, c_chat, c_sender, c_me, c_date, c_text, c_src, c_undec, c_edit, c_att]
+
+    def _note_extras(self, rowid: int, guid: str, sender: str | None, text: str | None) -> None:
+        """Queue this kept message's extras (a reply first) and keep its words if it is answered."""
+        extras = self._extras
+        if guid in extras.originators:
+            extras.remember(guid, sender, text)
+        entries = list(self._ext.get(rowid, ()))
+        origin = self._facts.get(rowid, (None,))[0]
+        if origin:
+            entries.insert(0, extras.reply(origin))
+        if entries:
+            self._pending.append((f"{CHANNEL}:{guid}", entries))
+
+    def _attach_extras(self, messages: pl.DataFrame) -> pl.DataFrame:
+        """Add ``extras`` (empty list when none) from the entries queued by :meth:`_note_extras`."""
+        empty = pl.lit(pl.Series([[]], dtype=pl.List(EXTRA))).first()
+        if not self._pending:
+            return messages.with_columns(empty.alias("extras"))
+        frame = pl.DataFrame({"message_id": [p[0] for p in self._pending], "extras": [p[1] for p in self._pending]},
+                             schema={"message_id": pl.Utf8, "extras": pl.List(EXTRA)})
+        out = messages.join(frame, on="message_id", how="left", maintain_order="left")
+        return out.with_columns(pl.col("extras").fill_null(empty))
 
     def _attach_reactions(self, messages: pl.DataFrame) -> pl.DataFrame:
         """Add ``reactions`` (empty list when none); count the tapback rows of these parents."""
@@ -411,6 +447,7 @@ class IMessageStream(BlockReader):
         """Chats (with the orphan bucket when used) and warnings."""
         stats = self.stats
         stats["tapbacks_orphaned"] = sum(self._tap_rows.values()) - stats["tapbacks_folded"]
+        stats.update(self._extras.stats)
         chats = self.chats if stats["orphans"] else self.chats.head(self.chats.height - 1)  # the bucket is last
         warnings = stat_warnings(stats, {
             "tapbacks_orphaned": "iMessage - {n:,} tapbacks whose parent message is missing",
@@ -418,6 +455,9 @@ class IMessageStream(BlockReader):
             "unknown_handle": "iMessage - {n:,} messages from a handle that no longer exists",
             "undecodable": "iMessage - {n:,} attributedBody blobs yielded no text",
             "date_invalid": "iMessage - {n:,} messages with a missing or impossible date, kept without a time",
+            "attachments_missing": "iMessage - {n:,} attachments whose file is not in the attachments folder",
+            "attachments_unjoined": "iMessage - {n:,} attachment rows no message points at",
+            "link_previews_undecodable": "iMessage - {n:,} link previews that could not be read (their URL is kept)",
         })
         log.info(
             "iMessage - read %s rows into %s messages and %s chats in %.2f s",
