@@ -44,7 +44,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import polars as pl
 
 from brb_pipeline.core.errors import SettingsError
-from brb_pipeline.core.extras_text import render_extras
+from brb_pipeline.core.records.extras import render_extras
 from brb_pipeline.core.store.findable import findable_text
 from brb_pipeline.core.store.schema import CHUNK_SCHEMA  # the frame chunking hands to the store
 

@@ -258,10 +258,8 @@ class ChatDbBuilder:
             raw_body: store these bytes as ``attributedBody`` verbatim (e.g. junk).
             raw_date: store this ``date`` verbatim instead of ``ts`` (a wrong unit, year 1...).
             summary_info: ``message_summary_info`` bytes (see :meth:`add_edited_message`).
-            columns: further ``message`` columns written verbatim (``thread_originator_guid``,
-                ``balloon_bundle_id``, ``payload_data``, ``is_audio_message``, ``other_handle``...).
-            files: attachment rows to create and join, each a dict of ``attachment`` columns
-                (``filename``, ``mime_type``, ``uti``, ``transfer_name``, ``total_bytes``, ``is_sticker``).
+            columns: further ``message`` columns written verbatim (``thread_originator_guid``...).
+            files: attachment rows to create and join, each a dict of ``attachment`` columns.
         """
         rid = self._next["message"]
         self._next["message"] += 1
