@@ -345,7 +345,11 @@ def search(query, contacts, since, until, mode, k, channel, context, diversity, 
             _search_lines(searcher, options)
         return
     out = run_search_cold(s, query, **options)
-    if as_json:
+    if as_json:  # a program also gets each passage's files and links, with their paths
+        from brb_pipeline.pipeline import paths
+        from brb_pipeline.pipeline.hit_files import add_hit_files
+
+        add_hit_files(out, paths.messages(s))
         click.echo(json.dumps(out, indent=2, ensure_ascii=False, default=str))
     else:
         click.echo(search_text(out))
