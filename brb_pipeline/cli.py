@@ -18,7 +18,9 @@ import click
 from brb_pipeline.cli_insights import insights_command
 from brb_pipeline.cli_keys import encryption_override, no_encryption_opt, rekey_command
 from brb_pipeline.cli_mcp import mcp_command
+from brb_pipeline.cli_people import people_command
 from brb_pipeline.cli_profile import profile_command
+from brb_pipeline.cli_recovery import check_db, finish_forgets, forget_targets, rebuild_home, wipe_events
 from brb_pipeline.cli_output import MAIL_WARNING, WHATSAPP_WARNING, search_text, status_dict, status_lines
 from brb_pipeline.core.errors import BrbError, CancelledError
 from brb_pipeline.settings import Settings
@@ -93,10 +95,13 @@ def _settings(home: Path | None, write: bool = False, **overrides: Any) -> Setti
               help="Stop at the next batch boundary when this file appears.")
 @click.option("--no-insights", is_flag=True, help="Skip the insights map.")
 @click.option("--reembed", is_flag=True, help="Embed every chunk again (e.g. after upgrading MLX).")
+@click.option("--no-wait", is_flag=True, help="Refuse at once when another ingest runs on this home.")
+@click.option("--rebuild", is_flag=True, help="Rebuild the search store from staging (and a damaged brb.db from "
+              "the snapshot, keeping the forgotten list and search log).")
 @no_encryption_opt
 @home_opt
-def ingest(chat_db, addressbook, attachments_dir, whatsapp, no_whatsapp, mail, no_mail, contacts, progress_mode, cancel_file,
-           no_insights, reembed, no_encryption, home):
+def ingest(chat_db, addressbook, attachments_dir, whatsapp, no_whatsapp, mail, no_mail, contacts, progress_mode,
+           cancel_file, no_insights, reembed, no_wait, rebuild, no_encryption, home):
     """Snapshot the sources and run every stage: parse, chunk, embed, store, index, map.
 
     On macOS, with no source given or saved, reads ~/Library/Messages/chat.db and
@@ -118,11 +123,16 @@ def ingest(chat_db, addressbook, attachments_dir, whatsapp, no_whatsapp, mail, n
     if s.imessage_enabled:  # a private chat.db: Full Disk Access is the first thing to say
         settings_mod.check_source_readable(s.chat_db, "chat.db")
     s.check_writable()
-    _run_ingest(s, progress_mode, cancel_file, list(contacts), analyze=not no_insights, reembed=reembed)
+    if rebuild:
+        rebuild_home(s, wait=not no_wait)
+    else:
+        check_db(s)
+    _run_ingest(s, progress_mode, cancel_file, list(contacts), analyze=not no_insights, reembed=reembed,
+                wait=not no_wait)
 
 
 def _run_ingest(s: Settings, progress_mode: str | None, cancel_file: Path | None, contacts: list[str],
-                analyze: bool = True, reembed: bool = False) -> dict[str, Any]:
+                analyze: bool = True, reembed: bool = False, wait: bool = True) -> dict[str, Any]:
     from brb_pipeline.core.progress import CancelToken, JsonlSink, Progress, RichSink
 
     mode = progress_mode or ("bars" if sys.stderr.isatty() else "none")
@@ -150,7 +160,17 @@ def _run_ingest(s: Settings, progress_mode: str | None, cancel_file: Path | None
             click.echo(f"brb: {MAIL_WARNING}", err=True)
     try:
         with stack:
-            from brb_pipeline.runner import run_ingest
+            from brb_pipeline.pipeline.homelock import hold
+            from brb_pipeline.runner import _guard_sources, run_ingest
+
+            _guard_sources(s)  # before the lock file: a home inside a source folder is never created
+
+            def waiting(line: str) -> None:  # another ingest holds the home: say so once
+                progress.log("warning", line)
+                if mode != "jsonl":
+                    click.echo(f"brb: {line}", err=True)
+
+            stack.enter_context(hold(s.home, wait=wait, cancelled=lambda: cancel.cancelled, on_wait=waiting))
 
             contact_ids = _resolve_contacts(s, contacts) if contacts else None
             result = _in_worker(lambda: run_ingest(s, progress=progress, cancel=cancel, only_contacts=contact_ids,
@@ -226,9 +246,9 @@ def _in_worker(fn, cancel=None, s: Settings | None = None):
 
 
 def _resolve_contacts(s: Settings, names: list[str]) -> list[str]:
-    from brb_pipeline.core.contacts.lookup import find_contacts
+    from brb_pipeline.core.contacts.people_db import person_contact_ids
 
-    return find_contacts(s.brb_db, names, default_region=s.default_region)
+    return person_contact_ids(s.brb_db, names, default_region=s.default_region)
 
 
 @main.command()
@@ -271,12 +291,21 @@ def demo(messages, whatsapp, mail, mail_messages, progress_mode, home, no_encryp
 @home_opt
 def status(as_json, home):
     """What is stored: messages, contacts, chunks, model, last ingestion, enabled channels."""
+    from brb_pipeline.pipeline.keys import data_key
+
     s = _settings(home)
+    check_db(s)
     st = status_dict(s)
+    if st["encryption"].get("key_ok") is False and s.brb_db.exists():
+        data_key(s.home)  # raises the key error: a home we cannot open is not an empty one
+    if finish_forgets(s):
+        st = status_dict(s)
     if as_json:
         click.echo(json.dumps(st, indent=2, default=str))
-        return
-    click.echo("\n".join(status_lines(st)))
+    else:
+        click.echo("\n".join(status_lines(st)))
+    if st.get("damaged"):  # reported above; the exit code says so too
+        raise BrbError(next(iter(st["damaged"].values())))
 
 
 @main.command()
@@ -311,7 +340,9 @@ def _parse_date(value: str | None, name: str):
 
 @main.command()
 @click.argument("query")
-@click.option("--contact", "contacts", multiple=True, help="Only this contact (name or handle); repeatable.")
+@click.option("--contact", "contacts", multiple=True,
+              help="Only conversations this person takes part in, 1:1 and groups (name or handle); repeatable.")
+@click.option("--from", "senders", multiple=True, help="Only passages with a message this person sent; repeatable.")
 @click.option("--since", default=None, help="Only chunks from this date on (YYYY-MM-DD[THH:MM]).")
 @click.option("--until", default=None, help="Only chunks before this date.")
 @click.option("--mode", type=click.Choice(["hybrid", "vector", "lexical"]), default="hybrid", show_default=True)
@@ -323,7 +354,7 @@ def _parse_date(value: str | None, name: str):
 @click.option("--no-route", is_flag=True, help="Do not turn a contact named in the query into a filter.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @home_opt
-def search(query, contacts, since, until, mode, k, channel, context, diversity, no_route, as_json, home):
+def search(query, contacts, senders, since, until, mode, k, channel, context, diversity, no_route, as_json, home):
     """Hybrid (vector + BM25, fused) search over your conversations; overlapping windows of one
     conversation come back as one passage.
 
@@ -337,14 +368,23 @@ def search(query, contacts, since, until, mode, k, channel, context, diversity, 
     from brb_pipeline.pipeline.query import Searcher, run_search_cold
 
     s = _settings(home)
-    options = dict(mode=mode, k=k, contacts=list(contacts) or None, since=_parse_date(since, "--since"),
+    finish_forgets(s)  # a `brb forget` killed half-way is finished before anything is shown
+    options = dict(mode=mode, k=k, contacts=list(contacts) or None, senders=list(senders) or None,
+                   since=_parse_date(since, "--since"),
                    until=_parse_date(until, "--until"), channel=channel, route=not no_route, context=context,
                    diversity=diversity)
-    if query == "-":
-        with Searcher.open(s, mode=mode) as searcher:
-            _search_lines(searcher, options)
-        return
-    out = run_search_cold(s, query, **options)
+    import duckdb
+
+    try:
+        if query == "-":
+            with Searcher.open(s, mode=mode) as searcher:
+                _search_lines(searcher, options)
+            return
+        out = run_search_cold(s, query, **options)
+    except duckdb.Error as e:  # a checksum or AES tag that fails: say which file, and the way out
+        from brb_pipeline.pipeline.repair import damaged_store_error
+
+        raise damaged_store_error(s, e) from None
     if as_json:  # a program also gets each passage's files and links, with their paths
         from brb_pipeline.pipeline import paths
         from brb_pipeline.pipeline.hit_files import add_hit_files
@@ -389,10 +429,22 @@ def _search_lines(searcher, options: dict) -> None:
 def reindex(home):
     """Rebuild the HNSW and BM25 indexes from the stored chunks (e.g. after a crash)."""
     from brb_pipeline.core.store.index import FTS_SCHEMA, HNSW_INDEX
+    from brb_pipeline.pipeline import repair
+    from brb_pipeline.pipeline.homelock import hold
     from brb_pipeline.pipeline.store import run_reindex
 
     s = _settings(home)
-    r = run_reindex(s)
+    with hold(s.home, what="reindex", on_wait=lambda m: click.echo(f"brb: {m}", err=True)):
+        check_db(s)
+        damage = repair.store_damage(s)
+        if damage:
+            r = repair.rebuild_store(s)
+            click.echo(f"brb: {s.duckdb_path} was damaged ({damage}); rebuilt it from staging: {r['chunks']:,} "
+                       "chunks, both indexes" + (f"; {r['batches_to_embed']} batches had no staged vectors left: "
+                                                 "run `brb ingest` to embed them" if r["batches_to_embed"] else ""),
+                       err=True)
+            return
+        r = run_reindex(s)
     v, t = r.get(HNSW_INDEX, {}), r.get(FTS_SCHEMA, {})
     click.echo(f"brb: HNSW over {v.get('rows', 0):,} chunks in {v.get('seconds', 0):.1f} s, "
                f"BM25 over {t.get('rows', 0):,} chunks in {t.get('seconds', 0):.1f} s", err=True)
@@ -419,18 +471,21 @@ def search_log(clear, limit, home):
 @home_opt
 def forget(contacts, yes, home):
     """Remove a contact's data from every place brb keeps it, and skip them in future ingestions."""
-    from brb_pipeline.core.contacts.lookup import find_contacts
+    from brb_pipeline.pipeline.homelock import hold
     from brb_pipeline.pipeline.privacy import forget_contacts
-    from brb_pipeline.runner import wipe_derived_events
 
     s = _settings(home)
     if not s.brb_db.exists():
         raise BrbError(f"nothing stored in {s.home}")
-    ids = find_contacts(s.brb_db, list(contacts), default_region=s.default_region)
-    if not yes:
-        click.confirm(f"Forget {len(ids)} contact(s) everywhere in {s.home}?", abort=True)
-    report = forget_contacts(s, ids)
-    report["dagster_events_wiped"] = wipe_derived_events(s)
+    finished = finish_forgets(s, wait=True)
+    ids, group_only, already = forget_targets(s, list(contacts), finished)
+    if (ids or group_only) and not yes:
+        click.confirm(f"Forget {len(ids) + (1 if group_only else 0)} contact(s) everywhere in {s.home}?", abort=True)
+    report: dict[str, Any] = {"contacts": 0, "already_forgotten": already, "interrupted_forgets_finished": len(finished)}
+    if ids or group_only:
+        with hold(s.home, what="forget", on_wait=lambda m: click.echo(f"brb: {m}", err=True)):
+            report = {**forget_contacts(s, ids, group_only, finish=wipe_events), "already_forgotten": already,
+                      "interrupted_forgets_finished": len(finished)}
     click.echo(json.dumps(report, indent=2))
     click.echo("brb: forgotten. The map is redrawn at the next `brb ingest`.", err=True)
 
@@ -450,6 +505,7 @@ def delete_all_cmd(yes, home):
 
 
 main.add_command(profile_command(home_opt, _settings))
+main.add_command(people_command(home_opt, _settings))
 main.add_command(insights_command(home_opt, _settings))
 main.add_command(rekey_command(home_opt, _settings))
 main.add_command(mcp_command(home_opt, _settings))

@@ -29,7 +29,8 @@ def status_dict(s: Settings) -> dict[str, Any]:
     from brb_pipeline.core import metadata
 
     out: dict[str, Any] = {
-        "home": str(s.home), "messages": 0, "contacts": 0, "named_contacts": 0, "chunks": 0,
+        "home": str(s.home), "messages": 0, "contacts": 0, "named_contacts": 0, "people": 0, "named_people": 0,
+        "conversations": 0, "chunks": 0,
         "embedding_model": None, "embedding_device": None, "last_ingestion": None, "last_success": None, "channels": s.channels(), "clusters": 0,
         "map": None, "indexes": None, "search_ready": False, "store_update_pending": False, "warnings": [],
         "memory": _memory_status(s), "encryption": _encryption_status(s),
@@ -45,6 +46,7 @@ def status_dict(s: Settings) -> dict[str, Any]:
         out["contacts"] = contacts.height
         out["messages"] = int(contacts["messages"].sum())
         out["named_contacts"] = int((contacts["name_source"] == "addressbook").sum())
+    _people_status(s, out)
     for key, status in (("last_ingestion", None), ("last_success", "success")):
         run = metadata.last_run(s.brb_db, status=status)
         if run:
@@ -65,6 +67,17 @@ def status_dict(s: Settings) -> dict[str, Any]:
     return out
 
 
+def _people_status(s: Settings, out: dict[str, Any]) -> None:
+    """``people`` (everyone in a chat: one per card or unknown handle), ``named_people`` (from the
+    AddressBook) and ``conversations`` (chats with messages, 1:1 and groups)."""
+    from brb_pipeline.core import metadata
+
+    with metadata.connect(s.brb_db) as c:
+        people, named = c.execute("SELECT count(*), coalesce(sum(name_source = 'addressbook'), 0) FROM people").fetchone()
+        conversations = c.execute("SELECT count(DISTINCT chat_id) FROM members").fetchone()[0]
+    out.update(people=people, named_people=named, conversations=conversations)
+
+
 def _memory_status(s: Settings) -> dict[str, Any]:
     """The distilled memory's part of the status: rows stored, the newest run's losses, and the
     skip reason while no local model is configured."""
@@ -77,10 +90,13 @@ def _memory_status(s: Settings) -> dict[str, Any]:
 def _store_status(s: Settings, out: dict[str, Any]) -> None:
     """Fill ``out``'s chunk count, model, indexes and search readiness from ``brb.duckdb`` (or its
     ``store_error``)."""
+    import duckdb
+
     from brb_pipeline.core.memory.tables import memory_counts
     from brb_pipeline.core.store import duck
     from brb_pipeline.core.store.chunks import store_stats
     from brb_pipeline.core.store.index import index_status
+    from brb_pipeline.pipeline.repair import read_every_block
 
     try:
         con = duck.connect(s.duckdb_path, read_only=True)
@@ -90,6 +106,8 @@ def _store_status(s: Settings, out: dict[str, Any]) -> None:
             out["embedding_model"] = duck.get_meta(con, "embedding_model")
             ix = index_status(con)
             out["memory"].update(memory_counts(con))
+            if s.duckdb_path.stat().st_size <= FULL_CHECK_MAX_BYTES:
+                read_every_block(con)  # every checksum verified: a damaged block is named here
         finally:
             con.close()
         out["indexes"] = {k: {"present": bool(ix[k]["present"]), "rows": ix[k].get("rows"),
@@ -99,6 +117,21 @@ def _store_status(s: Settings, out: dict[str, Any]) -> None:
         out["search_ready"] = bool(ix["ready"])
     except BrbError as e:
         out["store_error"] = str(e)
+        key_ok = out["encryption"].get("key_ok") is not False  # the home's key is right (or none is needed)
+        if key_ok and "in use by another" not in str(e):  # it exists, the key is right, it does not open
+            out["store_error"] = (f"brb.duckdb at {s.duckdb_path} is damaged ({str(e)[:160]}): "
+                                  "run `brb reindex` to rebuild it from staging")
+            out["damaged"] = {"brb.duckdb": out["store_error"]}  # its header blocks do not read
+    except duckdb.Error as e:  # a checksum or AES tag that fails: a damaged file
+        first = (str(e).splitlines() or [""])[0][:160]
+        out["store_error"] = (f"brb.duckdb at {s.duckdb_path} is damaged ({type(e).__name__}: {first}): "
+                              "run `brb reindex` to rebuild it from staging")
+        out["damaged"] = {"brb.duckdb": out["store_error"]}
+
+
+#: `brb status` reads every block of a store up to this size (its checksums are then verified);
+#: a larger one only has the parts status reads checked (`brb reindex` always reads it all).
+FULL_CHECK_MAX_BYTES = 1 << 30
 
 
 def _encryption_status(s: Settings) -> dict[str, Any]:
@@ -123,12 +156,15 @@ def status_lines(st: dict[str, Any]) -> list[str]:
         f"home            {st['home']}",
         f"messages        {st['messages']:,}",
         f"contacts        {st['contacts']:,} ({st['named_contacts']:,} named)",
+        f"people          {st['people']:,} ({st['named_people']:,} named) in {st['conversations']:,} conversations",
         f"chunks          {st['chunks']:,}",
         f"embedding model {st['embedding_model']}",
         f"clusters        {st['clusters']}",
         f"channels        {ch}",
         f"last ingestion  {last.get('status', 'never')}",
     ]
+    for name, why in (st.get("damaged") or {}).items():
+        lines.append(f"damaged         {name}: {why}")
     ix = st["indexes"] or {}
     lines.append("indexes         " + (", ".join(
         f"{'exact vectors' if v.get('exact') else k} {'ok' if v['matches_chunks'] else ('stale' if v['present'] else 'missing')}"

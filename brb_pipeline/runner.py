@@ -32,7 +32,7 @@ from brb_pipeline.core import metadata
 from brb_pipeline.core import errors as errors_mod
 from brb_pipeline.core.errors import BrbError, CancelledError, CheckFailedError
 from brb_pipeline.core.progress import CancelToken, Progress
-from brb_pipeline.pipeline import keys, memory, paths
+from brb_pipeline.pipeline import homelock, keys, memory, paths
 from brb_pipeline.pipeline.incremental import force_batches, pending_work
 from brb_pipeline.settings import Settings
 
@@ -314,10 +314,22 @@ def run_ingest(
         generator: the distilled memory's text generator (default: ``llm_model_path``'s).
     """
     _guard_sources(s)
-    keys.prepare_home(s)  # the home's mode and key, before brb.db records the run
     progress = progress or Progress()
-    runtime = Runtime(progress, cancel or CancelToken(), embedder, reembed=reembed, generator=generator,
-                      run_tags=run_tags)
+    cancel = cancel or CancelToken()
+    with homelock.hold(s.home, cancelled=lambda: cancel.cancelled, on_wait=lambda m: progress.log("warning", m)):
+        return _locked_ingest(s, progress, cancel, only_contacts, embedder, analyze, reembed, generator, run_tags)
+
+
+def _locked_ingest(s: Settings, progress: Progress, cancel: CancelToken, only_contacts: list[str] | None,
+                   embedder: Any | None, analyze: bool, reembed: bool, generator: Any | None,
+                   run_tags: dict[str, str] | None = None) -> dict[str, Any]:
+    """:func:`run_ingest` once the home's writer lock is held."""
+    keys.prepare_home(s)  # the home's mode and key, before brb.db records the run
+    from brb_pipeline.pipeline.forget_journal import finish_pending
+
+    finish_pending(s, finish=lambda s_: {"dagster_events_wiped": wipe_derived_events(s_)})  # a killed `brb forget`
+    _rebuild_damaged_store(s)
+    runtime = Runtime(progress, cancel, embedder, reembed=reembed, generator=generator, run_tags=run_tags)
     run = _Run(s, runtime)
     stop_forwarding = progress.forward_logs()  # pipeline warnings reach JSON lines, not only stderr
     try:
@@ -353,6 +365,16 @@ def run_ingest(
         raise
     finally:
         stop_forwarding()
+
+
+def _rebuild_damaged_store(s: Settings) -> None:
+    """A brb.duckdb that cannot be read is deleted: this run's load rebuilds it from staging."""
+    from brb_pipeline.pipeline import repair
+
+    damage = repair.store_damage(s, full=False)
+    if damage:
+        log.warning("brb - %s is damaged (%s); rebuilding it from staging", s.duckdb_path.name, damage)
+        repair.prepare_store_rebuild(s)
 
 
 def _guard_sources(s: Settings) -> None:

@@ -338,15 +338,15 @@ def check_home(home: Path, write: bool = False) -> None:
 
 def _read_config(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except (FileNotFoundError, NotADirectoryError):
         return {}
     except OSError as e:
         raise SettingsError(f"cannot read {path}: {e.strerror or e}") from None
-    try:
-        data = json.loads(text)
-    except ValueError:
-        data = None
+    try:  # random bytes (a damaged disk, a bad copy) are not UTF-8, let alone JSON
+        data = json.loads(raw.decode("utf-8"))
+    except ValueError:  # UnicodeDecodeError and JSONDecodeError alike
+        raise SettingsError(f"{path}: not valid JSON; fix or delete it") from None
     if not isinstance(data, dict):
         raise SettingsError(f"{path} is not a JSON object of settings; fix or delete it")
     return data

@@ -164,7 +164,8 @@ def test_status_text_on_empty_and_full_home(tmp_path, ingested_home):
     r = cli("status", home=tmp_path / "empty")
     assert r.exit_code == 0 and r.stderr == ""
     assert r.stdout == (
-        f"home            {tmp_path / 'empty'}\nmessages        0\ncontacts        0 (0 named)\nchunks          0\n"
+        f"home            {tmp_path / 'empty'}\nmessages        0\ncontacts        0 (0 named)\n"
+        "people          0 (0 named) in 0 conversations\nchunks          0\n"
         "embedding model None\nclusters        0\nchannels        imessage on, whatsapp off, mail off\n"
         "last ingestion  never\nindexes         none\n"
         "memory          skipped: no local model configured: set BRB_LLM_MODEL_PATH\n"
@@ -172,12 +173,14 @@ def test_status_text_on_empty_and_full_home(tmp_path, ingested_home):
     )
     st = status_json(ingested_home)
     lines = cli("status", home=ingested_home).stdout.splitlines()
-    assert lines[:4] == [f"home            {ingested_home}", f"messages        {st['messages']:,}",
+    assert lines[:5] == [f"home            {ingested_home}", f"messages        {st['messages']:,}",
                          f"contacts        {st['contacts']:,} ({st['named_contacts']:,} named)",
-                         f"chunks          {st['chunks']:,}"]
-    assert lines[8] == "indexes         hnsw ok, fts ok"
-    assert lines[9] == "memory          skipped: no local model configured: set BRB_LLM_MODEL_PATH"
-    assert lines[10] == "encryption      off (plaintext: --no-encryption)"  # the test suite's homes are plaintext
+                         f"people          {st['people']:,} ({st['named_people']:,} named) in "
+                         f"{st['conversations']:,} conversations", f"chunks          {st['chunks']:,}"]
+    assert st["people"] >= st["named_people"] > 0 and st["conversations"] >= st["contacts"] - 1
+    assert lines[9] == "indexes         hnsw ok, fts ok"
+    assert lines[10] == "memory          skipped: no local model configured: set BRB_LLM_MODEL_PATH"
+    assert lines[11] == "encryption      off (plaintext: --no-encryption)"  # the test suite's homes are plaintext
 
 
 def test_search_json_and_insights_path(ingested_home):

@@ -114,8 +114,15 @@ def test_person_merges_phone_email_and_channels():
     ]
     assert res.stats == {
         "contacts": 2, "named_contacts": 1, "handles_resolved": 2, "handles_unresolved": 1,
-        "conflicts": 0, "addressbook_handles": 2, "addressbook_bad_numbers": 0,
+        "conflicts": 0, "addressbook_handles": 2, "addressbook_bad_numbers": 0, "people": 2, "named_people": 1,
     }
+    # the same two as people: a person's contact id is their person id; their 1:1 chats are members
+    assert res.people.people.select("person_id", "display_name", "handles", "channels").rows() == [
+        ("c:+905321234567", "Ayşe Yılmaz", ["+905321234567", "ayse@example.com"], ["imessage", "whatsapp"]),
+        ("h:+15550102233", "+15550102233", ["+15550102233"], ["imessage"]),
+    ]
+    assert res.people.members["contact_id"].to_list() == ["c:+905321234567", "h:+15550102233",
+                                                           "c:+905321234567", "c:+905321234567"]
 
 
 def test_contact_id_is_min_of_seen_handles():

@@ -117,6 +117,8 @@ def test_plain_deletes_leave_the_person_in_the_bytes(world, tmp_path):
     db.execute("PRAGMA secure_delete = OFF")
     db.execute("DELETE FROM contacts WHERE display_name LIKE ? OR handles_json LIKE ?",
                (f"%{person['name']}%", f"%{person['handles'][0]}%"))
+    db.execute("DELETE FROM members WHERE person_id = ?", (person["contact_id"],))  # a person's id is their contact's
+    db.execute("DELETE FROM people WHERE person_id = ?", (person["contact_id"],))
     db.execute("DELETE FROM clusters")
     db.execute("DELETE FROM search_log") if db.execute(
         "SELECT 1 FROM sqlite_master WHERE name = 'search_log'").fetchone() else None

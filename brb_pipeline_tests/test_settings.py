@@ -128,7 +128,7 @@ def test_home_from_the_environment_is_absolute(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("config_text, match", [
-    ("{not json", "not a JSON object"),
+    ("{not json", "not valid JSON; fix or delete it"),
     ("[1, 2]", "not a JSON object"),
     ('{"no_such_setting": 1}', r"unknown settings \['no_such_setting'\]"),
     ('{"top_contacts": "many"}', "'many' is not a valid top_contacts"),

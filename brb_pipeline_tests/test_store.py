@@ -314,7 +314,7 @@ def test_connect_errors(tmp_path):
     junk.write_bytes(b"this is not a database at all" * 200)
     with pytest.raises(StoreError) as exc:
         duck.connect(junk)
-    assert str(exc.value) == f"{junk} is not a DuckDB database: move it away and run `brb ingest`"
+    assert str(exc.value) == f"{junk} is not a DuckDB database (damaged?): run `brb reindex` to rebuild it from staging"
 
 
 def test_locked_store_gives_one_line_error(tmp_path):

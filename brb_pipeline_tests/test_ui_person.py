@@ -132,7 +132,11 @@ def test_contact_backfill_job_runs_only_that_persons_batch(home):
     assert meta["chunks"].value == first["chunks"]  # a rerun partition replaces, never duplicates
     assert (s.insights_dir / "map.html").stat().st_size > 10_000
     hits = run_search(s, "the", embedder=HashEmbedder(), contacts=[target["contact_id"]], k=3)["hits"]
-    assert hits and {h["contact_id"] for h in hits} == {target["contact_id"]}
+    # --contact is the person's conversations: their 1:1 chat and the groups they take part in
+    from brb_pipeline.core.contacts.people_db import conversations_of
+
+    theirs = set(conversations_of(s.brb_db, [target["contact_id"]]))
+    assert hits and target["contact_id"] in theirs and {h["contact_id"] for h in hits} <= theirs
 
 
 def test_an_unknown_name_fails_with_one_clear_line(home):

@@ -44,9 +44,10 @@ def contact_batches(context: dg.AssetExecutionContext, brb: BrbSettings,
                     runtime: dg.ResourceParam[Runtime]) -> dg.MaterializeResult:
     """Contacts grouped into batches (top 50 by messages 10 to a batch, the rest 50 to a batch),
     registered as the dynamic partitions of every per-batch asset. In a plaintext home its
-    metadata's ``people`` table says which batch (partition) holds whom (``brb forget`` wipes
-    it); an encrypted home (the default) leaves it out, since Dagster's event log is not
-    encrypted: there, `contact_backfill_job` takes the name and finds the batch locally.
+    metadata's ``people`` table says which batch (partition) holds whom and ``people_partitions``
+    every person's conversations (1:1 and groups) and their partitions (``brb forget`` wipes
+    both); an encrypted home (the default) leaves them out, since Dagster's event log is not
+    encrypted: there, `contact_backfill_job` takes the name and finds the batches locally.
     ``changed`` is for display: what runs next is ``pipeline.incremental.pending_work``'s call."""
     s = brb.load()
     keys, changed, meta = ingest.run_batches(s, runtime.embedder(s).model_id)
@@ -59,4 +60,5 @@ def contact_batches(context: dg.AssetExecutionContext, brb: BrbSettings,
         context.instance.delete_dynamic_partition(name, stale)
     meta["changed"] = ", ".join(changed) if changed else "none"
     meta["people"] = dg.MetadataValue.md(meta["people"])
+    meta["people_partitions"] = dg.MetadataValue.md(meta["people_partitions"])
     return materialized(s, meta)

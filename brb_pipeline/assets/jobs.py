@@ -23,7 +23,8 @@ PERSON_JOBS = ("contact_backfill_job",)
 
 
 class ContactBackfillConfig(dg.Config):
-    contact: str = Field(description="Display name, part of one (a unique word prefix), a handle or a contact id.")
+    contact: str = Field(description="A person (display name, part of one, a handle or an id): their 1:1 and "
+                                     "group conversations are re-run; or a group chat's name.")
     insights: bool = Field(default=True, description="Also redraw the insights map.")
     reembed: bool = Field(default=False, description="Embed the person's batch again instead of reusing vectors.")
 
@@ -42,12 +43,12 @@ def backfill_contact(s: Settings, contact: str, *, progress: Progress | None = N
     Raises:
         BrbError: nothing ingested yet, or no (or more than one) contact matches ``contact``.
     """
-    from brb_pipeline.core.contacts.lookup import find_contacts
+    from brb_pipeline.core.contacts.people_db import person_contact_ids
     from brb_pipeline.runner import run_ingest
 
     if not s.brb_db.exists():
         raise BrbError(f"nothing ingested in {s.home}: run `brb ingest` (or materialize all) first")
-    ids = find_contacts(s.brb_db, [contact], default_region=s.default_region)
+    ids = person_contact_ids(s.brb_db, [contact], default_region=s.default_region)  # their 1:1 and groups
     return run_ingest(s, progress=progress, cancel=cancel, only_contacts=ids,
                       embedder=load_embedder(s) if load_embedder else None, analyze=insights, reembed=reembed,
                       run_tags=run_tags)

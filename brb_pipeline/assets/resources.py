@@ -9,10 +9,11 @@ import os
 from typing import Any
 
 import dagster as dg
+from pydantic import PrivateAttr
 
 from brb_pipeline.core.progress import CancelToken, LoggerSink, Progress
 from brb_pipeline.pipeline.batch_progress import BatchProgress
-from brb_pipeline.settings import Settings
+from brb_pipeline.settings import Settings, absolute, default_home
 
 
 class BrbSettings(dg.ConfigurableResource):
@@ -20,9 +21,27 @@ class BrbSettings(dg.ConfigurableResource):
     options come from ``<home>/config.json`` (written by ``brb ingest``) and ``BRB_*`` variables."""
 
     home: str = ""
+    _lock: Any = PrivateAttr(default=None)
 
     def load(self) -> Settings:
         return Settings.load(self.home or os.environ.get("BRB_HOME") or None)
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        """Hold the home's writer lock while a run (or, in the UI's multiprocess runs, a step)
+        uses the home: runs from the UI, sensors and the schedule wait for a CLI ingest and the
+        CLI waits for them (re-entrant inside a CLI ingest, which already holds it)."""
+        from brb_pipeline.pipeline.homelock import hold
+
+        home = absolute(self.home) if self.home else (absolute(os.environ["BRB_HOME"]) if os.environ.get("BRB_HOME")
+                                                       else default_home())
+        log = context.log.warning if context.log is not None else None
+        self._lock = hold(home, what="Dagster run", on_wait=log)
+        self._lock.__enter__()
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        if self._lock is not None:
+            lock, self._lock = self._lock, None
+            lock.__exit__(None, None, None)
 
 
 class Runtime:

@@ -43,6 +43,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import polars as pl
 
+from brb_pipeline.core.contacts.speakers import speaker
 from brb_pipeline.core.errors import SettingsError
 from brb_pipeline.core.records.extras import render_extras
 from brb_pipeline.core.store.findable import findable_text
@@ -353,7 +354,7 @@ def _chunk_chat(group: pl.DataFrame, contact_id: str, chat_id: str, batch: str,
     owner: list[int] = []  # message index of each line
     piece_key: list[str] = []  # the id a window boundary on this line hashes
     for i in range(group.height):
-        who = "Me" if mine[i] else sender_names.get(senders[i] or "", senders[i] or "Unknown")
+        who = speaker(mine[i], senders[i], sender_names)
         timed = message_lines(who, local[i], texts[i], atts[i] or 0, reacts[i], params.max_message_chars)
         plain = message_lines(who, None, texts[i], atts[i] or 0, reacts[i], params.max_message_chars)
         if i in events:  # "Sam renamed the group to Ski trip": the actor is the line's subject

@@ -34,6 +34,14 @@ REKEY_POINTS = (
     "rekey_swapping",       # committed, one .rekey file renamed over its original (@2: two)
 )
 
+#: Kill points of ``brb forget`` (test_faults.py kills a forget at each one; the next command finishes it).
+FORGET_POINTS = (
+    "forget_journaled",     # the plan is in the journal, nothing removed yet
+    "forget_brb_db",        # brb.db no longer lists them, their chunks still staged and stored
+    "forget_staging",       # staging filtered, the search store not yet rewritten
+    "forget_store",         # the store rewritten, the snapshot, map and search log not yet cleaned
+)
+
 _hits: dict[str, int] = {}
 
 

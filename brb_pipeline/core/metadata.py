@@ -1,7 +1,8 @@
 """brb.db: the small SQLite metadata store (OLTP side).
 
 Tables: ``ingestion_runs`` (one row per ingestion with counts and timings), ``contacts``
-(resolved names, handles, per-contact stats and batch), ``batches`` (content fingerprints that
+(resolved names, handles, per-contact stats and batch), ``people`` and ``members`` (everyone in a
+chat, with per-person stats, and which chats each takes part in: ``core/contacts/people_db.py``), ``batches`` (content fingerprints that
 drive incremental re-embedding) and ``clusters`` (the insights summary for an app). The search
 log lives here too (see ``core.search.log``). Message text is never stored in brb.db.
 
@@ -60,6 +61,30 @@ CREATE TABLE IF NOT EXISTS contacts (
     avg_response_s_them REAL
 );
 CREATE INDEX IF NOT EXISTS contacts_batch ON contacts(batch);
+CREATE TABLE IF NOT EXISTS people (
+    person_id TEXT PRIMARY KEY,
+    display_name TEXT NOT NULL,
+    name_source TEXT NOT NULL,
+    nickname TEXT,
+    handles_json TEXT NOT NULL,
+    channels_json TEXT NOT NULL,
+    messages INTEGER NOT NULL DEFAULT 0,
+    sent INTEGER NOT NULL DEFAULT 0,
+    received INTEGER NOT NULL DEFAULT 0,
+    group_messages INTEGER NOT NULL DEFAULT 0,
+    first_ts TEXT,
+    last_ts TEXT,
+    avg_response_s_me REAL,
+    avg_response_s_them REAL
+);
+CREATE TABLE IF NOT EXISTS members (
+    chat_id TEXT NOT NULL,
+    person_id TEXT NOT NULL,
+    contact_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    PRIMARY KEY (chat_id, person_id)
+);
+CREATE INDEX IF NOT EXISTS members_person ON members(person_id);
 CREATE TABLE IF NOT EXISTS batches (
     batch TEXT PRIMARY KEY,
     contacts INTEGER NOT NULL,
@@ -178,7 +203,7 @@ def connect(path: Path, *, create: bool = True) -> Iterator[sqlite3.Connection]:
                 conn.execute("PRAGMA journal_mode=WAL")
             conn.executescript(SCHEMA)
         except sqlite3.DatabaseError as e:
-            raise StoreError(f"brb.db at {path} is damaged ({e}): move it away and run `brb ingest` again") from None
+            raise StoreError(f"brb.db at {path} is damaged ({e}): run `brb ingest --rebuild` (it keeps the forgotten list and the search log where they can be read)") from None
         yield conn
 
 

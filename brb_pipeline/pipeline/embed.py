@@ -44,18 +44,35 @@ def batch_messages(s: Settings, batch: str) -> pl.DataFrame:
 
 
 def name_maps(s: Settings) -> tuple[dict[str, str], dict[str, str]]:
-    """(contact_id -> display name, handle -> display name of the direct contact it belongs to).
+    """(contact_id -> display name, handle -> display name of the person it belongs to).
 
-    Two lean queries, as every batch asks (building the whole contacts frame per batch made
-    chunking grow with batches x contacts). In rank order, so where two direct contacts share a
-    handle the lower-ranked one's name wins.
+    Lean queries, as every batch asks (building the whole contacts frame per batch made chunking
+    grow with batches x contacts). Every handle seen in a chat has a person (``people``), so a
+    group member who never wrote 1:1 is named too; the direct contacts' names stay the fallback
+    for a store made before people existed.
     """
     with metadata.connect(s.brb_db) as c:
         by_contact = dict(c.execute("SELECT contact_id, display_name FROM contacts ORDER BY rank").fetchall())
         by_handle = dict(c.execute(
             "SELECT j.value, c.display_name FROM contacts c, json_each(c.handles_json) j "
             "WHERE c.kind = 'direct' ORDER BY c.rank, j.key").fetchall())
+        by_handle.update(c.execute(
+            "SELECT j.value, p.display_name FROM people p, json_each(p.handles_json) j "
+            "ORDER BY p.person_id DESC, j.key").fetchall())
     return by_contact, by_handle
+
+
+def _group_speakers(s: Settings) -> dict[str, list[str]]:
+    """batch -> ``person_id=name`` of the members of its group chats: a renamed card changes the
+    group passages' lines, so their embeddings. 1:1-only batches get none (their key is unchanged)."""
+    with metadata.connect(s.brb_db) as c:
+        rows = c.execute(
+            "SELECT DISTINCT c.batch, p.person_id, p.display_name FROM members m JOIN contacts c "
+            "ON c.contact_id = m.contact_id JOIN people p ON p.person_id = m.person_id WHERE m.kind = 'group'").fetchall()
+    out: dict[str, list[str]] = {}
+    for batch, pid, name in rows:
+        out.setdefault(batch or "", []).append(f"{pid}={name}")
+    return out
 
 
 def configured_model_id(s: Settings) -> str:
@@ -79,6 +96,8 @@ def embed_keys(s: Settings, fingerprints: dict[str, str], model_id: str | None =
     members: dict[str, list[str]] = {}
     for r in contacts.iter_rows(named=True):
         members.setdefault(r.get("batch") or "", []).append(f"{r['contact_id']}={r['display_name']}")
+    for b, speakers in _group_speakers(s).items():
+        members.setdefault(b, []).extend(speakers)
     settings_part = [model_id, CHUNK_FORMAT, str(s.max_tokens), str(s.window), str(s.stride),
                      str(s.conversation_gap_s), str(s.min_chars), time_zone_key(s.time_zone)]
     return {

@@ -21,6 +21,8 @@ from brb_pipeline.core.crypto import files
 from brb_pipeline.core.errors import SourceError, SourceMissingError
 from brb_pipeline.core.progress import Progress
 from brb_pipeline.core.records import CHAT_SCHEMA, MESSAGE_SCHEMA, UNKNOWN_CONTACT_ID
+from brb_pipeline.core.contacts import people_db
+from brb_pipeline.core.contacts.people import person_stats
 from brb_pipeline.core.contacts.stats import contact_stats
 from brb_pipeline.core.crypto import files
 from brb_pipeline.pipeline import keys, paths
@@ -226,7 +228,7 @@ def _channel_stream(s: Settings, snap: dict[str, Any], channel: str, cancel: Can
 
 #: What contact resolution reads of each message, then what per-contact stats read.
 _RESOLVE_COLUMNS = ["channel", "chat_id", "sender"]
-_STATS_COLUMNS = ["chat_id", "message_id", "is_from_me", "ts"]
+_STATS_COLUMNS = ["chat_id", "message_id", "is_from_me", "ts", "sender"]  # sender: per-person stats
 #: What a batch fingerprint hashes (see ``core.batching.batch_fingerprints``).
 _FINGERPRINT_COLUMNS = ["batch", "contact_id", "message_id", "ts", "text", "edited", "reactions"]
 _FINGERPRINT_ROWS = 100_000  # messages read at once to fingerprint batches
@@ -261,8 +263,13 @@ def run_contacts(s: Settings) -> dict[str, Any]:
     contact_id = res.messages.get_column("contact_id")  # same file and row order as the stats columns
     chat_contact = res.messages.select("chat_id", "contact_id").unique("chat_id", keep="first", maintain_order=True)
     res.messages = res.messages.clear()  # from here on only its per-chat mapping is needed
-    stats = contact_stats(files.read_parquet(parsed, columns=_STATS_COLUMNS).with_columns(contact_id))
+    stat_rows = files.read_parquet(parsed, columns=_STATS_COLUMNS)
+    stats = contact_stats(stat_rows.with_columns(contact_id))
     del contact_id
+    folks = res.people
+    people_db.replace_people(s.brb_db, folks.people.join(
+        person_stats(stat_rows, folks.members, folks.handle_person), on="person_id", how="left"), folks.members)
+    del stat_rows
     contacts = res.contacts.join(stats, on="contact_id", how="left")
     contacts = contacts.with_columns(pl.col("messages").fill_null(0))
     # Contact ids are stable across runs, so the last run's batches can be kept (sticky batches:
@@ -283,6 +290,8 @@ def run_contacts(s: Settings) -> dict[str, Any]:
         "addressbook_people": len(people),
         "addressbook_warnings": len(ab_warnings),
         "name_conflicts": len(res.conflicts),
+        "people": folks.people.height,
+        "named_people": int((folks.people["name_source"] == "addressbook").sum()),
         "seconds": round(time.perf_counter() - t0, 3),
         **{f"stat_{k}": v for k, v in res.stats.items() if isinstance(v, (int, float))},
     }
@@ -369,6 +378,7 @@ def run_batches(s: Settings, model_id: str | None = None) -> tuple[list[str], li
         "removed_batches": len(diff["removed"]),
         "largest_batch_messages": int(frame["messages"].max() or 0) if frame.height else 0,
         "people": people_table(contacts),
+        "people_partitions": people_db.partitions_table(s.brb_db),  # group-only people too
     }
     return all_keys, diff["changed"], meta
 

@@ -14,30 +14,61 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from brb_pipeline.core import metadata
+from brb_pipeline.core import faults, metadata
 from brb_pipeline.core.crypto import files
 from brb_pipeline.core.store.compact import compact_without
 from brb_pipeline.pipeline import keys, paths
 from brb_pipeline.pipeline.embed import drop_retired
 from brb_pipeline.pipeline.forgotten import remember, retire_legacy_salt, shred_key
+from brb_pipeline.pipeline.repair import backup_forgotten
 from brb_pipeline.settings import Settings
 
 
-def forget_contacts(s: Settings, contact_ids: list[str]) -> dict[str, Any]:
+def forget_contacts(s: Settings, contact_ids: list[str], person_handles: Sequence[str] = (),
+                    finish: Callable[[Settings], dict[str, Any]] | None = None) -> dict[str, Any]:
     """Remove everything derived from these contacts; remember them as forgotten.
+
+    A journal: what to remove is worked out first and written to brb.db (``forget_journal``)
+    before anything is removed; every step is idempotent, and the entry goes only once all are
+    done, so a forget killed half-way is finished from its entry by the next command
+    (:func:`brb_pipeline.pipeline.forget_journal.finish_pending`).
+
+    Args:
+        person_handles: the handles of people seen only in groups (no contact of their own):
+            their messages leave the group chats, the others' stay.
+        finish: a last step (the CLI wipes Dagster's derived events), its counts added to the report.
 
     Returns:
         Counts of what was removed where (no names, no text).
     """
-    report: dict[str, Any] = {"contacts": len(contact_ids)}
+    from brb_pipeline.pipeline import forget_journal
+
+    plan = plan_forget(s, contact_ids, person_handles)
+    entry = forget_journal.begin(s, plan)
+    faults.point("forget_journaled")
+    report = apply_forget(s, plan)
+    backup_forgotten(s)
+    if finish is not None:
+        report.update(finish(s))
+    forget_journal.end(s, entry)
+    _vacuum(s.brb_db)  # the entry (it names them) leaves no bytes behind
+    return report
+
+
+def plan_forget(s: Settings, contact_ids: list[str], person_handles: Sequence[str] = ()) -> dict[str, Any]:
+    """What forgetting ``contact_ids`` removes, worked out before anything is: their handles,
+    names (to recognise a rerun), batches, chats, the group chats they shared, and every staged
+    chunk id of theirs (the search log is cleaned of them even when a killed run had already
+    dropped the chunks)."""
     contacts = metadata.read_contacts(s.brb_db)
     mine = contacts.filter(pl.col("contact_id").is_in(contact_ids))
-    handles = sorted({h for hs in mine["handles"].to_list() for h in (hs or [])}) if mine.height else []
+    handles = sorted({h for hs in mine["handles"].to_list() for h in (hs or [])} | set(person_handles))
     batches = sorted(set(mine["batch"].drop_nulls().to_list())) if mine.height else []
     chat_ids: set[str] = set()
     # group chats they wrote in or were part of: their chunks hold the person's lines or name
@@ -54,17 +85,32 @@ def forget_contacts(s: Settings, contact_ids: list[str]) -> dict[str, Any]:
     if shared:
         batches = sorted(set(batches) | set(contacts.filter(pl.col("contact_id").is_in(shared))["batch"]
                                             .drop_nulls().to_list()))
-    report["shared_chats_cleared"] = len(shared)
+    doomed = list(contact_ids) + shared
+    chunk_ids: set[str] = set()
+    for b in sorted(set(batches) | set(paths.staged_batch_files(s))):
+        chunk_ids |= _partition_ids(paths.partition(s, b), doomed)
+    return {"contact_ids": list(contact_ids), "handles": handles, "batches": batches, "chat_ids": sorted(chat_ids),
+            "shared": shared, "chunk_ids": sorted(chunk_ids),
+            "names": sorted(set(mine["display_name"].drop_nulls().to_list())) if mine.height else []}
+
+
+def apply_forget(s: Settings, plan: dict[str, Any]) -> dict[str, Any]:
+    """Carry out a :func:`plan_forget` plan; every step can run again (after a kill) to the same end."""
+    contact_ids, handles, batches = plan["contact_ids"], plan["handles"], plan["batches"]
+    chat_ids, shared = set(plan["chat_ids"]), plan["shared"]
+    report: dict[str, Any] = {"contacts": len(contact_ids), "shared_chats_cleared": len(shared)}
     with metadata.connect(s.brb_db) as c:
         c.execute("PRAGMA secure_delete = ON")  # freed pages are zeroed, not left readable
         remember(s, c, handles, [cid[2:] for cid in contact_ids if cid.startswith("g:")])
         report["brb_db_contacts"] = c.execute(
             f"DELETE FROM contacts WHERE contact_id IN ({','.join('?' * len(contact_ids))})", contact_ids).rowcount
         report["brb_db_participants_removed"] = _drop_participants(c, set(handles))
+        report["brb_db_people"] = _drop_people(c, set(handles), contact_ids)
         # the batches' content changed: make the next run re-chunk them (their rows are gone already)
         c.executemany("UPDATE batches SET embedded_fingerprint = NULL, loaded_fingerprint = NULL WHERE batch = ?",
                       [(b,) for b in batches])
         c.execute("DELETE FROM clusters")
+    faults.point("forget_brb_db")
     # staging: parsed and contact-resolved messages (their lines in shared group chats too)
     mine_expr = pl.col("contact_id").is_in(contact_ids) | pl.col("sender").fill_null("").is_in(handles)
     report["staging_messages"] = _filter_parquet(paths.messages(s), ~mine_expr, handles, group_by="batch")
@@ -75,7 +121,7 @@ def forget_contacts(s: Settings, contact_ids: list[str]) -> dict[str, Any]:
         report["staging_parsed"] = _filter_parquet(paths.parsed_messages(s), keep, handles)
         _filter_parquet(paths.parsed_chats(s), ~pl.col("chat_id").is_in(list(chat_ids)), handles)
     # staging: per-batch chunks and embeddings (keep the partition's schema metadata)
-    removed_chunk_ids: set[str] = set()
+    removed_chunk_ids: set[str] = set(plan["chunk_ids"])
     # Group chats they wrote in lose their chunks until the next ingestion re-chunks them without
     # the person's lines (their messages are filtered out of every later parse).
     doomed = list(contact_ids) + shared
@@ -89,11 +135,13 @@ def forget_contacts(s: Settings, contact_ids: list[str]) -> dict[str, Any]:
     report["staging_chunks"] = len(removed_chunk_ids)
     # retired vectors (a cache until the next load) hold chunk text of any batch: drop them all
     report["retired_removed"] = drop_retired(s)
+    faults.point("forget_staging")
     # DuckDB: a DELETE only marks rows, so the store is rewritten into a fresh file without them
     # (indexes rebuilt there); a staging copy of the store may hold them too
     if s.duckdb_path.exists():
         report["store_rows"] = compact_without(s.duckdb_path, doomed)
     report["store_next_removed"] = _unlink(s.duckdb_path.with_name(s.duckdb_path.name + ".next"))
+    faults.point("forget_store")
     # search log entries that routed to them or returned their chunks
     report["search_log"] = _forget_searches(s.brb_db, set(contact_ids), removed_chunk_ids)
     # snapshot: a raw copy of the sources, re-taken (and scrubbed) at the next ingestion
@@ -105,6 +153,29 @@ def forget_contacts(s: Settings, contact_ids: list[str]) -> dict[str, Any]:
     _vacuum(s.brb_db)
     retire_legacy_salt(s)
     return report
+
+
+def _partition_ids(path: Path, contact_ids: list[str]) -> set[str]:
+    """The chunk ids of ``contact_ids`` in a staged partition (nothing is changed)."""
+    if not path.exists():
+        return set()
+    table = files.read_arrow(path)
+    if "chunk_id" not in table.column_names or "contact_id" not in table.column_names:
+        return set()
+    df = pl.from_arrow(table.select(["chunk_id", "contact_id"]))
+    return set(df.filter(pl.col("contact_id").is_in(contact_ids))["chunk_id"].to_list())
+
+
+def _drop_people(c, handles: set[str], contact_ids: list[str]) -> int:
+    """Delete the people holding a forgotten handle, and the memberships of forgotten chats."""
+    gone = [pid for pid, hs in c.execute("SELECT person_id, handles_json FROM people")
+            if handles & set(json.loads(hs))]
+    for ids, col in ((gone, "person_id"), (list(contact_ids), "contact_id")):
+        if ids:
+            c.execute(f"DELETE FROM members WHERE {col} IN ({','.join('?' * len(ids))})", ids)
+    if gone:
+        c.execute(f"DELETE FROM people WHERE person_id IN ({','.join('?' * len(gone))})", gone)
+    return len(gone)
 
 
 def _drop_participants(c, handles: set[str]) -> int:

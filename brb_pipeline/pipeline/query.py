@@ -22,11 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 from brb_pipeline.core import metadata
 from brb_pipeline.core.store import duck
-from brb_pipeline.core.contacts.lookup import find_contacts
 from brb_pipeline.core.errors import StoreError
 from brb_pipeline.core.search.dates import when
 from brb_pipeline.core.search.fusion import Fusion
+from brb_pipeline.core.contacts import people_db
+from brb_pipeline.core.contacts.people_routing import PeopleRouter
 from brb_pipeline.core.contacts.routing import ContactRef, Router
+from brb_pipeline.core.contacts.speakers import passage_lines
 from brb_pipeline.core.search.hybrid import neighbours, search
 from brb_pipeline.core.search.log import log_search
 from brb_pipeline.core.search.sql import filters
@@ -56,6 +58,28 @@ def contact_refs(s: Settings) -> list[ContactRef]:
 
 
 @dataclass(frozen=True)
+class _People:
+    """The people of a store, as search reads them once: routing refs (person id as contact_id),
+    person id -> conversations (contact ids), and chat_id -> members (``passage_lines``)."""
+
+    refs: list[ContactRef]
+    conversations: dict[str, set[str]]
+    members: dict[str, list[tuple[str, str, list[str]]]]
+    names: dict[str, str]
+
+    @classmethod
+    def read(cls, s: Settings) -> _People | None:
+        """None for a store made before people existed (search then routes by contact)."""
+        view = people_db.search_view(s.brb_db)
+        if view is None:
+            return None
+        rows, members = view
+        refs = [ContactRef(r["person_id"], r["display_name"], tuple(r["handles"]), r.get("nickname")) for r in rows]
+        convs = {r["person_id"]: {c["contact_id"] for c in r["conversations"]} for r in rows}
+        return cls(refs, convs, members, {r["person_id"]: r["display_name"] for r in rows})
+
+
+@dataclass(frozen=True)
 class _Store:
     """What a Searcher reads once: the read-only store, the contacts (routing and hit names), the
     model the store was embedded with and, for a session of many searches, the chunks held in
@@ -65,11 +89,13 @@ class _Store:
     refs: list[ContactRef]
     model: str | None
     resident: Resident | None = None
+    people: _People | None = None
 
     @classmethod
     def open(cls, s: Settings, resident: bool = False) -> _Store:
         require_store(s)
         refs = contact_refs(s)
+        people = _People.read(s)
         con = duck.connect(s.duckdb_path, read_only=True)
         try:
             held = None
@@ -77,7 +103,7 @@ class _Store:
                 from brb_pipeline.core.search.resident import Resident  # pyarrow: sessions only
 
                 held = Resident.load(con)
-            return cls(con, refs, duck.get_meta(con, "embedding_model"), held)
+            return cls(con, refs, duck.get_meta(con, "embedding_model"), held, people)
         except BaseException:
             con.close()
             raise
@@ -104,6 +130,9 @@ class Searcher:
         self.con, self.refs, self.stored_model, self.resident = store.con, store.refs, store.model, store.resident
         self._names = {r.contact_id: r.display_name for r in self.refs}
         self._router = Router(self.refs)
+        self.people = store.people
+        self._people_router = PeopleRouter(self.people.refs, self.people.conversations, self._names) \
+            if self.people else None
 
     @classmethod
     def open(cls, s: Settings, *, mode: str = "hybrid", load: Callable[[Settings], Any] | None = None,
@@ -154,6 +183,7 @@ class Searcher:
         mode: str = "hybrid",
         k: int = 10,
         contacts: list[str] | None = None,
+        senders: list[str] | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
         channel: str | None = None,
@@ -169,7 +199,9 @@ class Searcher:
         """One search, as a JSON-able dict (see the README for the fields).
 
         Args:
-            contacts: names or handles to filter on (resolved against brb.db).
+            contacts: names or handles of people: the conversations they take part in (1:1 and
+                groups; resolved against brb.db).
+            senders: names or handles of people: only passages with a message they sent (``--from``).
             route: turn a contact named in the question into a filter and search the rest.
             context: include the neighbouring chunks (position ±1) of each hit.
             fusion: hybrid fusion (default: the settings' ``search_*`` values).
@@ -184,14 +216,7 @@ class Searcher:
         """
         t0 = time.perf_counter() if started is None else started
         s = self.settings
-        contact_ids = find_contacts(s.brb_db, contacts, default_region=s.default_region) if contacts else []
-        text = query
-        routing: dict[str, Any] = {"matched": [], "contact_ids": [], "query": query}
-        if route and not contact_ids:
-            routed = self._router.route(query)
-            if routed.contact_ids and routed.query.strip():
-                text, contact_ids = routed.query, list(routed.contact_ids)
-                routing = {"matched": list(routed.matched), "contact_ids": contact_ids, "query": text}
+        text, contact_ids, chunk_ids, routing = self._filters(query, contacts, senders, route)
         said = when(query) if dates and since is None and until is None else None
         if said is not None:
             routing["dates"] = said.as_json()  # an unresolved phrase is said here and searched as text
@@ -209,7 +234,7 @@ class Searcher:
                      contact_ids=contact_ids or None, channel=channel, since=since, until=until,
                      ef_search=s.hnsw_ef_search, merge=merge, diversity=diversity,
                      min_similarity=s.search_min_similarity or None, region=s.default_region, topics=True,
-                     resident=self.resident)
+                     resident=self.resident, chunk_ids=chunk_ids)
         res.timings_ms["embed"] = embed_ms  # the query embedding, apart from search's own total
         hits = [self._topic_hit(h) if h.kind == "topic" else self._hit(h, context) for h in res.hits]
         profile = self._commitments(contact_ids[0]) if contact_ids and is_commitment_question(query) else None
@@ -219,7 +244,8 @@ class Searcher:
                        results=[(h["chunk_id"], h["scores"]["fused"]) for h in hits if h["kind"] == "chunk"],
                        latency_ms=latency_ms)
         return {"query": query, "mode": mode, "k": k, "routing": routing, "filters": {
-            "contact_ids": contact_ids, "since": since.isoformat() if since else None,
+            "contact_ids": contact_ids, **({"from": routing.pop("from")} if "from" in routing else {}),
+            "since": since.isoformat() if since else None,
             "until": until.isoformat() if until else None, "channel": channel},
             "model": self.stored_model, "vector_strategy": res.vector_strategy, "latency_ms": latency_ms,
             "timings_ms": res.timings_ms, "confident": res.confident, "top_similarity": res.top_similarity,
@@ -234,6 +260,50 @@ class Searcher:
             return keep is None or bool(keep.any())
         where, params = filters(contact_ids, None, since, until)
         return bool(self.con.execute(f"SELECT EXISTS (SELECT 1 FROM chunks WHERE {where})", params).fetchone()[0])
+
+    def _filters(self, query: str, contacts: list[str] | None, senders: list[str] | None, route: bool
+                 ) -> tuple[str, list[str], list[str] | None, dict[str, Any]]:
+        """(text to search, conversation contact ids, chunk ids or None, the routing report)."""
+        s = self.settings
+        routing: dict[str, Any] = {"matched": [], "contact_ids": [], "query": query, "person_ids": [],
+                                   "ambiguous": []}
+        contact_ids: list[str] = []
+        if contacts:  # a person's conversations (a group chat's name: that group)
+            contact_ids = people_db.person_contact_ids(s.brb_db, contacts, default_region=s.default_region)
+        chunk_ids = None
+        if senders:
+            if not self.people:
+                raise StoreError("--from needs the people of this store: run `brb ingest` to rebuild it")
+            pids = people_db.find_people(s.brb_db, senders, default_region=s.default_region)
+            theirs = sorted(set().union(*(self.people.conversations.get(p, set()) for p in pids)))
+            contact_ids = sorted(set(contact_ids) & set(theirs)) if contacts else theirs
+            chunk_ids = self._spoken_by(pids, contact_ids)
+            routing["from"] = pids
+        if not route or contact_ids or senders:
+            return query, contact_ids, chunk_ids, routing
+        if self._people_router is not None:
+            r = self._people_router.route(query)
+            if r.contact_ids and r.query.strip():
+                return r.query, r.contact_ids, None, {
+                    "matched": r.matched, "contact_ids": r.contact_ids, "query": r.query,
+                    "person_ids": r.person_ids, "ambiguous": r.ambiguous}
+            return query, [], None, routing
+        routed = self._router.route(query)
+        if routed.contact_ids and routed.query.strip():
+            routing.update(matched=list(routed.matched), contact_ids=list(routed.contact_ids), query=routed.query)
+            return routed.query, list(routed.contact_ids), None, routing
+        return query, [], None, routing
+
+    def _spoken_by(self, person_ids: list[str], contact_ids: list[str]) -> list[str]:
+        """The chunks of ``contact_ids`` with a line sent by one of ``person_ids``."""
+        names = sorted({self.people.names[p] for p in person_ids if p in self.people.names})
+        if not names or not contact_ids:
+            return []
+        marks = " OR ".join("strpos(chr(10) || content, ?) > 0" for _ in range(2 * len(names)))
+        params = [p for n in names for p in (f"\n{n} (", f"\n{n}: ")]
+        rows = self.con.execute(f"SELECT chunk_id FROM chunks WHERE list_contains(?::VARCHAR[], contact_id) "
+                                f"AND ({marks})", [contact_ids, *params]).fetchall()
+        return [r[0] for r in rows]
 
     def _commitments(self, contact_id: str) -> dict[str, Any] | None:
         """The answer to "what did I promise NAME" from NAME's profile (None without one)."""
@@ -267,6 +337,10 @@ class Searcher:
                        "lexical_rank": h.lexical_rank, "fused": h.score},
             "text": h.content,
         }
+        if self.people is not None:  # who takes part, and who said each line
+            members = self.people.members.get(h.chat_id, [])
+            item["participants"] = [{"person_id": p, "name": n, "handles": hs} for p, n, hs in members]
+            item["lines"] = passage_lines(h.content, members)
         if context:  # the chunks just before and after the passage (a merged one spans several)
             members = set(item["chunk_ids"])
             around = {n.chunk_id: n for c in item["chunk_ids"] for n in neighbours(self.con, c, span=1)

@@ -187,7 +187,7 @@ def _read_file(path: Path, rel: str, stats: dict[str, int], timeout_s: float, io
         if not name:
             stats["unnamed_skipped"] += 1
             continue
-        people.append(Person(rel, int(pk), name, phones.get(pk, []), emails.get(pk, [])))
+        people.append(Person(rel, int(pk), name, phones.get(pk, []), emails.get(pk, []), _text(nick, odd)))
     stats["odd_values"] += odd[0]
     return people
 

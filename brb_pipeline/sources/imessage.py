@@ -22,6 +22,12 @@ Rules, in the order they are applied to each ``message`` row (read in ROWID orde
 * Unsent (retracted) messages: ``date_retracted != 0`` or every part listed in the history's
   ``rp``. Nothing of a fully unsent message is kept (``unsent_dropped``); a message with some
   parts unsent keeps the parts that remain (``partly_unsent``), the unsent parts' text never.
+* ``text`` that is not valid UTF-8 (a damaged row, a buggy writer) never stops the read: the
+  row's ``attributedBody`` is decoded instead when it yields text (``text_recovered_from_body``),
+  else the bytes are decoded with U+FFFD replacement characters (``text_invalid_utf8``); the
+  message is kept either way. Any other text column that is not UTF-8 (a guid, a handle, a chat
+  name) is decoded with replacement too (``other_invalid_utf8``). Logs name the row (ROWID and
+  column), never its content.
 * Messages without a ``chat_message_join`` row get ``chat_id = "imessage:orphan"``; incoming
   messages whose ``handle_id`` points at a vanished handle keep ``sender = None`` and are counted
   (``unknown_handle``).
@@ -55,6 +61,7 @@ from brb_pipeline.core.records import (
 )
 from brb_pipeline.sources.imessage_extras import STAT_KEYS as EXTRA_STAT_KEYS
 from brb_pipeline.sources.imessage_extras import ExtrasReader
+from brb_pipeline.sources.typedstream import decode_attributed_body
 from brb_pipeline.sources.imessage_rows import apple_date_to_us, parent_guid, reaction_frame, row_text
 from brb_pipeline.sources.sqlite_ro import (
     BlockReader,
@@ -111,7 +118,13 @@ STAT_KEYS = (
     "from_edit_history",
     "partly_unsent",
     *EXTRA_STAT_KEYS,
+    "text_invalid_utf8",
+    "text_recovered_from_body",
+    "other_invalid_utf8",
 )
+
+#: Rows whose invalid ``text`` is logged by ROWID (the rest are only counted).
+BAD_TEXT_LOGGED = 5
 
 _RAW_SCHEMA = {
     "source_rowid": pl.Int64,
@@ -193,6 +206,8 @@ class IMessageStream(BlockReader):
     def __enter__(self) -> "IMessageStream":
         self._conn = open_readonly(self.path, what=WHAT, required=REQUIRED, timeout_s=self.timeout_s,
                                    io=self.io)
+        self._conn.text_factory = self._decode_other
+        self._has_body = "attributedBody" in table_columns(self._conn, "message")
         with closed_on_error(self._conn, WHAT, self.path):
             self._prepare(self._conn)
         return self
@@ -248,7 +263,7 @@ class IMessageStream(BlockReader):
         )
         # Column names above come from our constants, never from data.
         self._sql = (
-            f"SELECT m.ROWID, m.guid, m.text, {body}, m.handle_id, {_DATE_SQL}, m.is_from_me, {flags}, "
+            f"SELECT m.ROWID, m.guid, CAST(m.text AS BLOB), {body}, m.handle_id, {_DATE_SQL}, m.is_from_me, {flags}, "
             f"{chat_of}, {att}, {summary} FROM message m WHERE m.ROWID > ? ORDER BY m.ROWID LIMIT ?"
         )
         tap_sql = (
@@ -368,6 +383,8 @@ class IMessageStream(BlockReader):
         for rowid, guid, text, blob, hid, date, me, flag, chat_rid, natt, info in rows:
             if flag & 1:
                 continue  # a tapback: folded from the first pass
+            if text is not None:
+                text, blob = self._decode_text(rowid, text, blob)
             text, src, undec, flag = row_text(text, blob, info, flag, stats)
             if text is None and not natt and rowid not in self._ext:
                 if flag & 6:
@@ -431,6 +448,42 @@ class IMessageStream(BlockReader):
                              schema={"message_id": pl.Utf8, "extras": pl.List(EXTRA)})
         out = messages.join(frame, on="message_id", how="left", maintain_order="left")
         return out.with_columns(pl.col("extras").fill_null(empty))
+    def _decode_other(self, raw: bytes) -> str:
+        """The connection's text factory: UTF-8, else replacement characters (counted)."""
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            self.stats["other_invalid_utf8"] += 1
+            return raw.decode("utf-8", "replace")
+
+    def _decode_text(self, rowid: int, raw: bytes, blob: bytes | None) -> tuple[str, bytes | None]:
+        """``message.text`` (fetched as bytes) as a string, and the blob :func:`row_text` gets.
+
+        Invalid UTF-8 gives '' and the row's ``attributedBody`` when that decodes to text, else
+        the bytes decoded with replacement characters. Counted; logged by ROWID, never content.
+        """
+        if isinstance(raw, str):  # a text_factory or an older SQLite handing back str
+            return raw, blob
+        try:
+            return raw.decode("utf-8"), blob
+        except UnicodeDecodeError:
+            pass
+        body = None
+        if self._has_body and self._conn is not None:
+            row = self._conn.execute("SELECT attributedBody FROM message WHERE ROWID = ?", (rowid,)).fetchone()
+            body = row[0] if row and isinstance(row[0], bytes) else None
+        try:
+            recovered = decode_attributed_body(body) if body is not None else None
+        except Exception:  # a bad blob as well: the replaced text below
+            recovered = None
+        kind = "text_recovered_from_body" if recovered else "text_invalid_utf8"
+        self.stats[kind] += 1
+        if self.stats["text_invalid_utf8"] + self.stats["text_recovered_from_body"] <= BAD_TEXT_LOGGED:
+            log.warning("iMessage - message ROWID %d: column text is not valid UTF-8; %s", rowid,
+                        "its attributedBody is used" if recovered else "kept with replacement characters")
+        if recovered:
+            return "", body
+        return raw.decode("utf-8", "replace"), blob
 
     def _attach_reactions(self, messages: pl.DataFrame) -> pl.DataFrame:
         """Add ``reactions`` (empty list when none); count the tapback rows of these parents."""
@@ -454,6 +507,9 @@ class IMessageStream(BlockReader):
             "orphans": f"iMessage - {{n:,}} messages with no chat, kept under {ORPHAN}",
             "unknown_handle": "iMessage - {n:,} messages from a handle that no longer exists",
             "undecodable": "iMessage - {n:,} attributedBody blobs yielded no text",
+            "text_invalid_utf8": "iMessage - {n:,} messages had text that is not valid UTF-8 (kept, replaced)",
+            "text_recovered_from_body": "iMessage - {n:,} messages had text that is not valid UTF-8 (read from attributedBody)",
+            "other_invalid_utf8": "iMessage - {n:,} other values (guids, handles, names) were not valid UTF-8 (replaced)",
             "date_invalid": "iMessage - {n:,} messages with a missing or impossible date, kept without a time",
             "attachments_missing": "iMessage - {n:,} attachments whose file is not in the attachments folder",
             "attachments_unjoined": "iMessage - {n:,} attachment rows no message points at",

@@ -131,6 +131,10 @@ def table_columns(conn: sqlite3.Connection, table: str) -> set[str]:
 def translate_sqlite_error(e: sqlite3.Error, what: str, path: Path) -> Exception:
     """Map an sqlite3 error raised mid-read to our one-line error types."""
     msg = str(e)
+    if "Could not decode" in msg:  # sqlite3 quotes the value itself: a message's text never goes further
+        column = msg.split("column ", 1)[-1].split(" with text", 1)[0] if "column " in msg else "a column"
+        return NotADatabaseError(f"{what} at {path} could not be read (a value in column {column} is not "
+                                 "valid UTF-8)")
     if "locked" in msg or "busy" in msg:
         return DatabaseLockedError(f"{what} at {path} is locked by another process; retry when it is idle")
     if "no such column" in msg or "no such table" in msg:

@@ -27,6 +27,7 @@ from typing import NamedTuple
 
 import polars as pl
 
+from brb_pipeline.core.contacts.people import People, resolve_people
 from brb_pipeline.core.records.handles import is_email, normalize_handle
 from brb_pipeline.core.records import UNKNOWN_CONTACT_ID
 from brb_pipeline.core.records import Person
@@ -73,13 +74,16 @@ class ContactResolution:
         conflicts: handles claimed by differently named cards, sorted by handle.
         stats: ``contacts``, ``named_contacts`` (named from AddressBook, a chat name or
             participants), ``handles_resolved``, ``handles_unresolved`` (distinct handles seen in
-            chats and senders), ``conflicts``, ``addressbook_handles``, ``addressbook_bad_numbers``.
+            chats and senders), ``conflicts``, ``addressbook_handles``, ``addressbook_bad_numbers``,
+            ``people`` and ``named_people`` (see :mod:`.people`).
+        people: everyone taking part in a chat, and where (:class:`.people.People`).
     """
 
     messages: pl.DataFrame
     contacts: pl.DataFrame
     conflicts: list[Conflict]
     stats: dict[str, int]
+    people: People | None = None
 
 
 def person_handles(people: Sequence[Person], default_region: str = "US") -> tuple[list[set[str]], int]:
@@ -245,6 +249,8 @@ def resolve_contacts(
     ).with_columns(pl.col("contact_id").fill_null(UNKNOWN_CONTACT_ID))
     chat_contacts = chat_contacts.join(_group_names(chat_contacts, handle_info), on="chat_id", how="left")
     contacts = _contact_rows(out_messages, chat_contacts, seen)
+    nicknames = {g: people[g].nickname for g in set(owner.values()) if getattr(people[g], "nickname", None)}
+    folks = resolve_people(out_messages, chat_contacts, seen, handle_info, nicknames)
 
     n_resolved = int(seen.get_column("person").is_not_null().sum())
     stats = {
@@ -255,13 +261,15 @@ def resolve_contacts(
         "conflicts": len(conflicts),
         "addressbook_handles": hmap.height,
         "addressbook_bad_numbers": bad_numbers,
+        "people": folks.people.height,
+        "named_people": int((folks.people.get_column("name_source") == "addressbook").sum()),
     }
     log.info(
         "Contacts - %d contacts (%d named), %d handles resolved, %d unresolved, %d conflicts",
         stats["contacts"], stats["named_contacts"], stats["handles_resolved"], stats["handles_unresolved"],
         stats["conflicts"],
     )
-    return ContactResolution(messages=out_messages, contacts=contacts, conflicts=conflicts, stats=stats)
+    return ContactResolution(messages=out_messages, contacts=contacts, conflicts=conflicts, stats=stats, people=folks)
 
 
 def _seen_handles(messages: pl.DataFrame, chats: pl.DataFrame, hmap: pl.DataFrame) -> pl.DataFrame:

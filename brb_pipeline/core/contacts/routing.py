@@ -6,7 +6,10 @@ Deterministic rules, no model:
 * Names and handles match as whole words, case- and accent-insensitively ("ayse" matches
   "Ayşe", "ISTANBUL" matches "İstanbul"; Turkish dotless ı folds to i).
 * Longest phrase wins: a full display name is tried before a first name, and a first name only
-  routes when exactly one contact has it.
+  routes when exactly one contact has it. A router over *people* (``ambiguous=True``) also routes
+  a first name several people share (all of them, reported in ``RoutedQuery.ambiguous``), a
+  nickname, and a last name typed with a capital ("Hartley", not "hartley": many last names are
+  words), unless it is the question's first word.
 * A suffix after an apostrophe stays with the name ("Ayşe's", "Ayşe'nin", "Ayşe’yle").
 * E-mail handles match as a word; phone handles match digit-wise, including the national part
   typed without the country code ("532 123 45 67" matches +905321234567).
@@ -36,15 +39,18 @@ class ContactRef:
     contact_id: str
     display_name: str | None
     handles: Sequence[str] = ()
+    nickname: str | None = None
 
 
 @dataclass
 class RoutedQuery:
-    """``query`` is the rest to search; ``matched`` the names/handles as the user typed them."""
+    """``query`` is the rest to search; ``matched`` the names/handles as the user typed them;
+    ``spans`` the ids each of them matched, in order (several: an ambiguous name)."""
 
     query: str
     contact_ids: list[str] = field(default_factory=list)
     matched: list[str] = field(default_factory=list)
+    spans: list[list[str]] = field(default_factory=list)
 
 
 def fold(text: str) -> str:
@@ -58,10 +64,14 @@ def _words(text: str) -> list[str]:
     return [m.group(1) or m.group(3) for m in _TOKEN_RE.finditer(fold(text))]
 
 
-def _phrases(contacts: Sequence[ContactRef]) -> dict[tuple[str, ...], set[str]]:
-    """Folded word tuple -> contact ids: full names, unique first names, e-mail handles."""
+def _phrases(contacts: Sequence[ContactRef], ambiguous: bool = False
+             ) -> tuple[dict[tuple[str, ...], set[str]], set[tuple[str, ...]]]:
+    """Folded word tuple -> contact ids: full names, first names (unique ones unless
+    ``ambiguous``), e-mail handles; with ``ambiguous`` also nicknames and last names. And the
+    phrases that only match typed with a capital (last names)."""
     phrases: dict[tuple[str, ...], set[str]] = {}
     firsts: dict[str, set[str]] = {}
+    lasts: dict[str, set[str]] = {}
     for c in contacts:
         name = (c.display_name or "").strip()
         words = tuple(_words(name))
@@ -70,13 +80,22 @@ def _phrases(contacts: Sequence[ContactRef]) -> dict[tuple[str, ...], set[str]]:
             phrases.setdefault(words, set()).add(c.contact_id)
             if len(words) > 1:
                 firsts.setdefault(words[0], set()).add(c.contact_id)
+                lasts.setdefault(words[-1], set()).add(c.contact_id)
+        nick = tuple(_words(c.nickname or ""))
+        if ambiguous and nick:
+            phrases.setdefault(nick, set()).add(c.contact_id)
         for h in c.handles:
             if "@" in h:
                 phrases.setdefault((fold(h.strip()),), set()).add(c.contact_id)
     for first, ids in firsts.items():
-        if len(ids) == 1 and (first,) not in phrases:
+        if (ambiguous or len(ids) == 1) and (first,) not in phrases:
             phrases[(first,)] = set(ids)
-    return phrases
+    cased = set()
+    for last, ids in lasts.items() if ambiguous else ():
+        if (last,) not in phrases and len(last) > 1:
+            phrases[(last,)] = set(ids)
+            cased.add((last,))
+    return phrases, cased
 
 
 def route_query(query: str, contacts: Sequence[ContactRef]) -> RoutedQuery:
@@ -90,11 +109,13 @@ class Router:
 
     Args:
         contacts: contacts with display names and handles (phones in E.164).
+        ambiguous: route a first name several contacts share to all of them, and nicknames and
+            capitalized last names too (the router over people).
     """
 
-    def __init__(self, contacts: Sequence[ContactRef]) -> None:
+    def __init__(self, contacts: Sequence[ContactRef], ambiguous: bool = False) -> None:
         self._phones = [(_NON_DIGIT_RE.sub("", h), c.contact_id) for c in contacts for h in c.handles if "@" not in h]
-        self._phrases = _phrases(contacts)
+        self._phrases, self._cased = _phrases(contacts, ambiguous)
         self._lengths = sorted({len(p) for p in self._phrases}, reverse=True)
 
     def route(self, query: str) -> RoutedQuery:
@@ -120,7 +141,10 @@ class Router:
         while i < len(tokens):
             for n in self._lengths:
                 key = tuple(t[2] for t in tokens[i : i + n])
-                if len(key) == n and key in self._phrases:
+                # a last name only counts typed with a capital, and not as the question's first
+                # word (where any word has one: "Young people ...")
+                if len(key) == n and key in self._phrases and (
+                        key not in self._cased or (i > 0 and query[tokens[i][0]].isupper())):
                     start, end = tokens[i][0], tokens[i + n - 1][1]
                     spans.append((start, end, sorted(self._phrases[key]), query[start:end]))
                     i += n
@@ -151,4 +175,5 @@ def _rest(query: str, spans: list[tuple[int, int, list[str], str]], tokens: list
     contact_ids: list[str] = []
     for _, _, ids, _ in spans:
         contact_ids.extend(i for i in ids if i not in contact_ids)
-    return RoutedQuery(query=text or query, contact_ids=contact_ids, matched=[m for _, _, _, m in spans])
+    return RoutedQuery(query=text or query, contact_ids=contact_ids, matched=[m for _, _, _, m in spans],
+                       spans=[list(ids) for _, _, ids, _ in spans])

@@ -127,6 +127,7 @@ class Person:
         display_name: "First Last", else the nickname, else the organization.
         phones: numbers exactly as typed, in the card's order.
         emails: addresses as typed, in the card's order.
+        nickname: the card's nickname, if any (routing matches it too).
     """
 
     source: str
@@ -134,3 +135,4 @@ class Person:
     display_name: str
     phones: list[str] = field(default_factory=list)
     emails: list[str] = field(default_factory=list)
+    nickname: str | None = None

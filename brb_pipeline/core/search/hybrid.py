@@ -148,6 +148,7 @@ def search(
     topics: bool = False,
     resident: Resident | None = None,
     lexical_text: str | None = None,
+    chunk_ids: Sequence[str] | None = None,
 ) -> SearchResult:
     """Search the chunk store (and with ``topics`` the topic summaries, see :mod:`.topics`).
 
@@ -158,7 +159,8 @@ def search(
         mode: ``hybrid`` (both lists fused), ``vector`` or ``lexical``.
         k: hits returned.
         fusion: how hybrid combines its lists (default :class:`Fusion`'s defaults).
-        contact_ids, channel, since, until: filters, applied before any top-n; ``since``/``until``
+        contact_ids, channel, since, until, chunk_ids: filters, applied before any top-n (no topics
+            with ``chunk_ids``, e.g. the passages a person speaks in); ``since``/``until``
             keep chunks overlapping ``[since, until)`` (naive datetimes are UTC).
         ef_search: HNSW search breadth (``hnsw_ef_search``).
         candidates: depth of each candidate list (at least ``2 * k`` when merging).
@@ -180,23 +182,20 @@ def search(
         StoreError: no store, a missing or damaged index (the message names the rebuild
             command), or a query vector of the wrong dimension.
     """
-    if mode not in MODES:
-        raise ValueError(f"unknown search mode {mode!r}; expected one of {MODES}")
-    if diversity is not None and not 0 < diversity <= 1:
-        raise ValueError(f"diversity must be in (0, 1], got {diversity}")
+    _check_options(mode, diversity)
     t_start, fusion = time.perf_counter(), fusion or Fusion()
     q = _prepare(con, mode, query_text, query_vec, k, candidates, merge, ef_search, filters(contact_ids, channel, since,
-                 until), region, resident.state if resident else None, lexical_text)
+                 until, chunk_ids), region, resident.state if resident else None, lexical_text)
     result = SearchResult(query=query_text, mode=mode)
     if q.use_vec:
         result.vector_strategy = "memory" if resident is not None else q.vector_strategy
     vec_rows, lex_rows, term_stats, result.lexical_coverage = (
-        _resident_candidates(con, resident, q, resident.mask(contact_ids, channel, since, until), result.timings_ms)
+        _resident_candidates(con, resident, q, resident.mask(contact_ids, channel, since, until, chunk_ids), result.timings_ms)
         if resident is not None else _candidates(con, q, parallel, result.timings_ms))
     result.vector_candidates, result.lexical_candidates = len(vec_rows), len(lex_rows)
     if term_stats is not None:
         result.specific = is_specific(q.lexical_text, term_stats[0], term_stats[1], fusion.rare_df_share)
-    tv, tl = topic_candidates(con, q, topic_filters(contact_ids, channel, since, until)) if topics else ([], [])
+    tv, tl = topic_candidates(con, q, topic_filters(contact_ids, channel, since, until)) if topics and chunk_ids is None else ([], [])
     (fused, fused_topics), result.timings_ms["fuse"] = _timed(_ranked, _Rows(con, resident), q, result, fusion,
                                                               joint(vec_rows, tv), joint(lex_rows, tl))
     (result.hits, result.merged), result.timings_ms["fetch"] = _timed(
@@ -206,6 +205,13 @@ def search(
     result.timings_ms["total"] = (time.perf_counter() - t_start) * 1000
     log.debug("Search - %s k=%d: %d hits in %.1f ms", mode, k, len(result.hits), result.timings_ms["total"])
     return result
+
+
+def _check_options(mode: str, diversity: float | None) -> None:
+    if mode not in MODES:
+        raise ValueError(f"unknown search mode {mode!r}; expected one of {MODES}")
+    if diversity is not None and not 0 < diversity <= 1:
+        raise ValueError(f"diversity must be in (0, 1], got {diversity}")
 
 
 def _judge(result: SearchResult, q: _Query, min_similarity: float | None, vec_rows: list, lex_rows: list) -> None:

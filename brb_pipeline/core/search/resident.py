@@ -166,9 +166,12 @@ class Resident:
         return len(self.ids)
 
     def mask(self, contact_ids: Sequence[str] | None, channel: str | None, since: datetime | None,
-             until: datetime | None) -> np.ndarray | None:
+             until: datetime | None, chunk_ids: Sequence[str] | None = None) -> np.ndarray | None:
         """The rows :func:`.sql.filters` keeps (None: no filter)."""
         keep = None
+        if chunk_ids is not None:
+            keep = np.zeros(len(self.ids), dtype=bool)
+            keep[[self.row_of[c] for c in chunk_ids if c in self.row_of]] = True
         if contact_ids is not None:
             codes = [self.contact_index[c] for c in contact_ids if c in self.contact_index]
             keep = np.isin(self.contact_codes, codes)

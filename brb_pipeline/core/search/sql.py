@@ -32,12 +32,16 @@ def _utc(ts: datetime) -> datetime:
 
 
 def filters(
-    contact_ids: Sequence[str] | None, channel: str | None, since: datetime | None, until: datetime | None
+    contact_ids: Sequence[str] | None, channel: str | None, since: datetime | None, until: datetime | None,
+    chunk_ids: Sequence[str] | None = None,
 ) -> tuple[str, list]:
     """SQL conjunction (or ``TRUE``) and its parameters. ``since``/``until`` select chunks that
-    overlap ``[since, until)``."""
+    overlap ``[since, until)``; ``chunk_ids`` keeps only those chunks (``--from``)."""
     clauses: list[str] = []
     params: list = []
+    if chunk_ids is not None:
+        clauses.append("list_contains(?::VARCHAR[], chunk_id)")
+        params.append(list(chunk_ids))
     if contact_ids is not None:
         clauses.append("list_contains(?::VARCHAR[], contact_id)")
         params.append(list(contact_ids))

@@ -182,8 +182,11 @@ def _attach_error(path: Path, exc: duckdb.Error) -> StoreError:
     """The one-line error for a failed ``ATTACH`` of ``path``."""
     msg = str(exc)
     if "Wrong encryption key" in msg:
-        return EncryptionKeyError(f"{path} was encrypted with another key than its home's: restore the home's "
-                                  "key, or move the file away and run `brb ingest`")
+        return EncryptionKeyError(f"{path} was encrypted with another key than its home's, or is damaged: restore "
+                                  "the home's key, or run `brb reindex` to rebuild it from staging")
+    if "AES tag differs" in msg:  # the key opened its header: a block that does not verify is damage
+        return StoreError(f"{path} is damaged (a block's AES tag does not verify): run `brb reindex` to rebuild "
+                          "it from staging")
     if "without a key" in msg:
         return EncryptionKeyError(f"{path} is encrypted, but its home has no encryption.json to say which key "
                                   "opens it: restore that file (or the whole home) from where it came")
@@ -195,7 +198,8 @@ def _attach_error(path: Path, exc: duckdb.Error) -> StoreError:
             pid = f"pid {m.group(1)}" if m else "pid ?"
             return StoreError(f"{path.name} is in use by another brb process ({pid}) — wait for it or stop it")
         if "not a valid DuckDB database" in msg or "database file" in msg.lower():
-            return StoreError(f"{path} is not a DuckDB database: move it away and run `brb ingest`")
+            return StoreError(f"{path} is not a DuckDB database (damaged?): run `brb reindex` to rebuild it "
+                              "from staging")
     return StoreError(f"cannot open {path}: {msg.splitlines()[0]}")
 
 

@@ -1,0 +1,65 @@
+"""`brb people`: everyone in your conversations (1:1 and groups), with their stats."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+
+def people_report(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """``brb people --json``: counts, then one entry per person, most messages first."""
+    people = []
+    for r in rows:
+        convs = r["conversations"]
+        people.append({
+            "person_id": r["person_id"], "name": r["display_name"], "named": r["name_source"] == "addressbook",
+            "nickname": r.get("nickname"), "handles": r["handles"], "channels": r["channels"],
+            "messages": r["messages"], "sent": r["sent"], "received": r["received"],
+            "group_messages": r["group_messages"], "first_ts": r["first_ts"], "last_ts": r["last_ts"],
+            "avg_response_s_me": r["avg_response_s_me"], "avg_response_s_them": r["avg_response_s_them"],
+            "conversations": len(convs), "groups": sum(c["kind"] == "group" for c in convs),
+            "conversation_ids": [c["contact_id"] for c in convs],
+        })
+    return {"people": len(people), "named_people": sum(p["named"] for p in people),
+            "group_only_people": sum(p["conversations"] == p["groups"] for p in people), "list": people}
+
+
+def people_lines(report: dict[str, Any]) -> list[str]:
+    """The text ``brb people`` prints: one line per person."""
+    lines = [f"{report['people']} people ({report['named_people']} named, "
+             f"{report['group_only_people']} only in groups)"]
+    for p in report["list"]:
+        days = f"{(p['first_ts'] or '')[:10]} .. {(p['last_ts'] or '')[:10]}"
+        lines.append(f"{p['name']:<28} {p['messages']:>7,} msgs ({p['group_messages']:,} in groups)  "
+                     f"sent {p['sent']:,} / received {p['received']:,}  {p['conversations']} conv "
+                     f"({p['groups']} groups)  {','.join(p['channels'])}  {days}")
+    return lines
+
+
+def people_command(home_opt: Callable, settings: Callable[..., Any]) -> click.Command:
+    """The ``people`` command, with the CLI's ``--home`` option and settings loader."""
+
+    @click.command("people")
+    @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+    @home_opt
+    def people(as_json, home):
+        """Everyone in your conversations, 1:1 and groups: messages each way (how many in groups),
+        first/last date, reply times, channels and conversations."""
+        from brb_pipeline.core.contacts import people_db
+        from brb_pipeline.core.errors import BrbError
+
+        s = settings(home)
+        if not s.brb_db.exists():
+            raise BrbError(f"nothing stored in {s.home}: run `brb ingest` (or `brb demo`) first")
+        if not people_db.has_people(s.brb_db):
+            raise BrbError(f"no people in {s.home} yet (a store made by an older brb): run `brb ingest`")
+        report = people_report(people_db.people_rows(s.brb_db))
+        if as_json:
+            click.echo(json.dumps(report, indent=2, ensure_ascii=False, default=str))
+            return
+        click.echo("\n".join(people_lines(report)))
+
+    return people
