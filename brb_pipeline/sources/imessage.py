@@ -248,9 +248,11 @@ class IMessageStream(BlockReader):
         # 1 tapback, 2 edited, 4 retracted, 8 non-text item (rename, member change...).
         atype = f"COALESCE({opt['associated_message_type']}, 0)"
         tap_where = f"({atype} BETWEEN 2000 AND 2007 OR {atype} BETWEEN 3000 AND 3007)"
-        flags = (
+        self._extras = ExtrasReader(conn, self.attachments_dir, self.handles)
+        flags = (  # 16: a reply, link preview, voice message or group event (read again by ROWID)
             f"({tap_where}) + 2 * (COALESCE({opt['date_edited']}, 0) != 0) "
-            f"+ 4 * (COALESCE({opt['date_retracted']}, 0) != 0) + 8 * (COALESCE({opt['item_type']}, 0) != 0)"
+            f"+ 4 * (COALESCE({opt['date_retracted']}, 0) != 0) + 8 * (COALESCE({opt['item_type']}, 0) != 0) "
+            f"+ 16 * {self._extras.row_predicate}"
         )
         chat_of = "(SELECT MIN(j.chat_id) FROM chat_message_join j WHERE j.message_id = m.ROWID)"
         # The edit history is fetched only where it can matter: an edited or unsent row, or one
@@ -272,7 +274,6 @@ class IMessageStream(BlockReader):
         )
         self.total = conn.execute("SELECT COUNT(*) FROM message").fetchone()[0]
         self._fold_state(conn.execute(tap_sql))
-        self._extras = ExtrasReader(conn, self.attachments_dir, self.handles)
 
     def _fold_state(self, rows: Iterator[tuple]) -> None:
         """Final tapback state per parent (``self._rx``) and tapback rows per parent id.
@@ -330,7 +331,8 @@ class IMessageStream(BlockReader):
                     break
                 last = rows[-1][0]
                 self.stats["messages_read"] += len(rows)
-                block = self._block(rows, *self._extras.block(conn, rows[0][0], last))
+                extras = self._extras.block(conn, [r[0] for r in rows if r[7] & 16], [r[0] for r in rows if r[9]])
+                block = self._block(rows, *extras)
                 del rows
                 if self.progress:
                     self.progress(self.stats["messages_read"], self.total)
@@ -369,6 +371,9 @@ class IMessageStream(BlockReader):
         is dropped as unsent or as a system item, unless its blob was undecodable.
         """
         stats, handles, sole, chat_ids = self.stats, self.handles, self.sole, self.chat_ids
+        ext = self._ext
+        noted = ext.keys() | self._facts.keys()  # rows with extras in this chunk (few)
+        answered = self._extras.originators or None  # guids some reply quotes (often none)
         c_rowid: list[int] = []
         c_guid: list[str] = []
         c_chat: list[str] = []
@@ -386,7 +391,7 @@ class IMessageStream(BlockReader):
             if text is not None:
                 text, blob = self._decode_text(rowid, text, blob)
             text, src, undec, flag = row_text(text, blob, info, flag, stats)
-            if text is None and not natt and rowid not in self._ext:
+            if text is None and not natt and rowid not in ext:
                 if flag & 6:
                     stats["unsent_dropped"] += 1
                     continue
@@ -423,12 +428,13 @@ class IMessageStream(BlockReader):
             c_undec.append(undec)
             c_edit.append(bool(flag & 2))
             c_att.append(natt)
-            if rowid in self._ext or rowid in self._facts or guid in self._extras.originators:
-                self._note_extras(rowid, guid, sender, text)
+            if rowid in noted or (answered and guid in answered):
+                self._note_extras(len(c_rowid) - 1, rowid, guid, sender, text)
         return [c_rowid, c_guid, c_chat, c_sender, c_me, c_date, c_text, c_src, c_undec, c_edit, c_att]
 
-    def _note_extras(self, rowid: int, guid: str, sender: str | None, text: str | None) -> None:
-        """Queue this kept message's extras (a reply first) and keep its words if it is answered."""
+    def _note_extras(self, position: int, rowid: int, guid: str, sender: str | None, text: str | None) -> None:
+        """Queue the extras (a reply first) of the kept message at ``position`` in the chunk, and
+        keep its words if a reply answers it."""
         extras = self._extras
         if guid in extras.originators:
             extras.remember(guid, sender, text)
@@ -437,17 +443,17 @@ class IMessageStream(BlockReader):
         if origin:
             entries.insert(0, extras.reply(origin))
         if entries:
-            self._pending.append((f"{CHANNEL}:{guid}", entries))
+            self._pending.append((position, entries))
 
     def _attach_extras(self, messages: pl.DataFrame) -> pl.DataFrame:
-        """Add ``extras`` (empty list when none) from the entries queued by :meth:`_note_extras`."""
-        empty = pl.lit(pl.Series([[]], dtype=pl.List(EXTRA))).first()
+        """Add ``extras`` (null when none) from the entries queued by :meth:`_note_extras`; the
+        rows are in the order :meth:`_kept_columns` produced them."""
         if not self._pending:
-            return messages.with_columns(empty.alias("extras"))
-        frame = pl.DataFrame({"message_id": [p[0] for p in self._pending], "extras": [p[1] for p in self._pending]},
-                             schema={"message_id": pl.Utf8, "extras": pl.List(EXTRA)})
-        out = messages.join(frame, on="message_id", how="left", maintain_order="left")
-        return out.with_columns(pl.col("extras").fill_null(empty))
+            return messages.with_columns(pl.lit(None, dtype=pl.List(EXTRA)).alias("extras"))
+        col: list[list[dict] | None] = [None] * messages.height
+        for position, entries in self._pending:
+            col[position] = entries
+        return messages.with_columns(pl.Series("extras", col, dtype=pl.List(EXTRA)))
     def _decode_other(self, raw: bytes) -> str:
         """The connection's text factory: UTF-8, else replacement characters (counted)."""
         try:

@@ -162,13 +162,16 @@ class ExtrasReader:
         m = {c: (f"m.{c}" if c in mcols else lit) for c, lit in _MESSAGE_OPTIONAL.items()}
         payload = (f"CASE WHEN {m['balloon_bundle_id']} = '{URL_BALLOON}' THEN m.payload_data END"
                    if "payload_data" in mcols else "NULL")
-        # Only the rare rows that hold something: the block's range is read again by ROWID.
+        #: SQL true for a message row that may hold extras besides attachments: the reader's main
+        #: query flags such rows (a bit), and only they are read again, by ROWID.
+        self.row_predicate = (  # 0 or 1, never NULL
+            f"({m['thread_originator_guid']} IS NOT NULL OR COALESCE({m['item_type']}, 0) != 0 "
+            f"OR COALESCE({m['balloon_bundle_id']} = '{URL_BALLOON}', 0) OR COALESCE({m['is_audio_message']}, 0) != 0)"
+        )
         self._msg_sql = (
             f"SELECT m.ROWID, {m['thread_originator_guid']}, {m['item_type']}, {m['group_action_type']}, "
             f"{m['other_handle']}, {m['group_title']}, {m['balloon_bundle_id']}, {payload}, {m['is_audio_message']} "
-            f"FROM message m WHERE m.ROWID BETWEEN ? AND ? AND ({m['thread_originator_guid']} IS NOT NULL "
-            f"OR COALESCE({m['item_type']}, 0) != 0 OR {m['balloon_bundle_id']} = '{URL_BALLOON}' "
-            f"OR COALESCE({m['is_audio_message']}, 0) != 0)"
+            f"FROM message m WHERE m.ROWID IN ({{}})"
         )
         acols = table_columns(conn, "attachment")
         self._att_sql = None
@@ -177,7 +180,7 @@ class ExtrasReader:
             self._att_sql = (
                 f"SELECT j.message_id, {a['filename']}, {a['mime_type']}, {a['uti']}, {a['transfer_name']}, "
                 f"{a['total_bytes']}, {a['is_sticker']} FROM message_attachment_join j "
-                f"JOIN attachment a ON a.ROWID = j.attachment_id WHERE j.message_id BETWEEN ? AND ? "
+                f"JOIN attachment a ON a.ROWID = j.attachment_id WHERE j.message_id IN ({{}}) "
                 f"ORDER BY j.message_id, a.ROWID"
             )
             self.stats["attachments_unjoined"] = conn.execute(
@@ -190,8 +193,13 @@ class ExtrasReader:
                 "SELECT DISTINCT thread_originator_guid FROM message WHERE thread_originator_guid IS NOT NULL")}
         self.quoted: dict[str, tuple[str | None, str | None]] = {}  # guid -> (sender, first words)
 
-    def block(self, conn: sqlite3.Connection, lo: int, hi: int) -> tuple[dict[int, list[dict]], dict[int, tuple]]:
-        """Extras of the messages with ROWID in [lo, hi].
+    def block(self, conn: sqlite3.Connection, flagged: list[int],
+              with_files: list[int]) -> tuple[dict[int, list[dict]], dict[int, tuple]]:
+        """Extras of one chunk of messages.
+
+        Args:
+            flagged: ROWIDs of the rows :attr:`row_predicate` holds for.
+            with_files: ROWIDs of the rows with attachments.
 
         Returns:
             ``(entries per ROWID, the raw message facts per ROWID)``; the facts are
@@ -199,7 +207,9 @@ class ExtrasReader:
         """
         out: dict[int, list[dict]] = {}
         facts: dict[int, tuple] = {}
-        for rid, origin, itype, action, other, title, balloon, payload, audio in conn.execute(self._msg_sql, (lo, hi)):
+        # ROWIDs are integers from the database, so they are written into the SQL as such.
+        rows = conn.execute(self._msg_sql.format(",".join(str(int(r)) for r in flagged))) if flagged else ()
+        for rid, origin, itype, action, other, title, balloon, payload, audio in rows:
             event = group_event(int(itype or 0), int(action or 0), title)
             if event is not None:
                 self.stats["group_events"] += 1
@@ -214,8 +224,9 @@ class ExtrasReader:
                     out.setdefault(rid, []).append(
                         _entry("link", ref=preview[0], name=preview[1], text=preview[2]))
             facts[rid] = (origin, event, bool(audio))
-        if self._att_sql is not None:
-            for rid, filename, mime, uti, tname, size, sticker in conn.execute(self._att_sql, (lo, hi)):
+        if self._att_sql is not None and with_files:
+            sql = self._att_sql.format(",".join(str(int(r)) for r in with_files))
+            for rid, filename, mime, uti, tname, size, sticker in conn.execute(sql):
                 path, exists = resolve_attachment(filename, self.dir)
                 self.stats["attachments_listed"] += 1
                 if not exists:

@@ -66,7 +66,7 @@ MESSAGE_SCHEMA = pl.Schema(
         "edited": pl.Boolean,
         "attachments": pl.Int32,  # number of attachments (images, files, stickers...)
         "reactions": pl.List(REACTION),  # tapbacks folded onto this message, final state
-        "extras": pl.List(EXTRA),  # attachments, link previews, reply, group event (see EXTRA)
+        "extras": pl.List(EXTRA),  # attachments, link previews, reply, group event (EXTRA); null when none
     }
 )
 
