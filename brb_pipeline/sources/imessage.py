@@ -341,10 +341,10 @@ class IMessageStream(BlockReader):
             raise translate_sqlite_error(e, WHAT, self.path) from None
         self._done = True
 
-    def _block(self, rows: list[tuple], ext: dict[int, list[dict]], facts: dict[int, tuple]) -> pl.DataFrame:
+    def _block(self, rows: list[tuple], ext: dict[int, list[dict]], _audio: set[int]) -> pl.DataFrame:
         """One chunk of source rows -> kept messages (MESSAGE_SCHEMA) with their reactions and
-        extras (``ext``/``facts``: :meth:`ExtrasReader.block` of the chunk's ROWID range)."""
-        self._ext, self._facts, self._pending = ext, facts, []
+        extras (``ext``: entries per ROWID, from :meth:`ExtrasReader.block`)."""
+        self._ext, self._pending = ext, []
         raw = pl.DataFrame(self._kept_columns(rows), schema=_RAW_SCHEMA, orient="col")
         messages = raw.select(
             pl.lit(CHANNEL).alias("channel"),
@@ -372,8 +372,6 @@ class IMessageStream(BlockReader):
         """
         stats, handles, sole, chat_ids = self.stats, self.handles, self.sole, self.chat_ids
         ext = self._ext
-        noted = ext.keys() | self._facts.keys()  # rows with extras in this chunk (few)
-        answered = self._extras.originators or None  # guids some reply quotes (often none)
         c_rowid: list[int] = []
         c_guid: list[str] = []
         c_chat: list[str] = []
@@ -428,26 +426,14 @@ class IMessageStream(BlockReader):
             c_undec.append(undec)
             c_edit.append(bool(flag & 2))
             c_att.append(natt)
-            if rowid in noted or (answered and guid in answered):
-                self._note_extras(len(c_rowid) - 1, rowid, guid, sender, text)
+            if (flag & 16 or natt) and rowid in ext:
+                self._pending.append((len(c_rowid) - 1, ext[rowid]))
         return [c_rowid, c_guid, c_chat, c_sender, c_me, c_date, c_text, c_src, c_undec, c_edit, c_att]
-
-    def _note_extras(self, position: int, rowid: int, guid: str, sender: str | None, text: str | None) -> None:
-        """Queue the extras (a reply first) of the kept message at ``position`` in the chunk, and
-        keep its words if a reply answers it."""
-        extras = self._extras
-        if guid in extras.originators:
-            extras.remember(guid, sender, text)
-        entries = list(self._ext.get(rowid, ()))
-        origin = self._facts.get(rowid, (None,))[0]
-        if origin:
-            entries.insert(0, extras.reply(origin))
-        if entries:
-            self._pending.append((position, entries))
 
     def _attach_extras(self, messages: pl.DataFrame) -> pl.DataFrame:
         """Add ``extras`` (null when none) from the entries queued by :meth:`_note_extras`; the
-        rows are in the order :meth:`_kept_columns` produced them."""
+        rows are in the order :meth:`_kept_columns` produced them: ``self._pending`` holds
+        ``(position in the chunk, entries)``."""
         if not self._pending:
             return messages.with_columns(pl.lit(None, dtype=pl.List(EXTRA)).alias("extras"))
         col: list[list[dict] | None] = [None] * messages.height

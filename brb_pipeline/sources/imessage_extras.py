@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from brb_pipeline.sources.sqlite_ro import table_columns
+from brb_pipeline.sources.typedstream import decode_attributed_body
 
 URL_BALLOON = "com.apple.messages.URLBalloonProvider"
 AUDIO_UTI = "com.apple.coreaudio-format"
@@ -187,11 +188,9 @@ class ExtrasReader:
                 "SELECT COUNT(*) FROM attachment a WHERE NOT EXISTS "
                 "(SELECT 1 FROM message_attachment_join j JOIN message m ON m.ROWID = j.message_id "
                 "WHERE j.attachment_id = a.ROWID)").fetchone()[0]
-        self.originators: set[str] = set()
-        if "thread_originator_guid" in mcols:
-            self.originators = {g for (g,) in conn.execute(
-                "SELECT DISTINCT thread_originator_guid FROM message WHERE thread_originator_guid IS NOT NULL")}
-        self.quoted: dict[str, tuple[str | None, str | None]] = {}  # guid -> (sender, first words)
+        body = "m.attributedBody" if "attributedBody" in mcols else "NULL"
+        self._quote_sql = (f"SELECT m.guid, m.handle_id, m.is_from_me, m.text, {body} FROM message m "
+                           f"WHERE m.guid IN ({{}})")
 
     def block(self, conn: sqlite3.Connection, flagged: list[int],
               with_files: list[int]) -> tuple[dict[int, list[dict]], dict[int, tuple]]:
@@ -202,11 +201,11 @@ class ExtrasReader:
             with_files: ROWIDs of the rows with attachments.
 
         Returns:
-            ``(entries per ROWID, the raw message facts per ROWID)``; the facts are
-            ``(thread_originator_guid, event text, audio)`` for the rows that have any.
+            ``(entries per ROWID (a reply first), the ROWIDs of voice messages)``.
         """
         out: dict[int, list[dict]] = {}
-        facts: dict[int, tuple] = {}
+        audio_rows: set[int] = set()
+        replies: list[tuple[int, str]] = []
         # ROWIDs are integers from the database, so they are written into the SQL as such.
         rows = conn.execute(self._msg_sql.format(",".join(str(int(r)) for r in flagged))) if flagged else ()
         for rid, origin, itype, action, other, title, balloon, payload, audio in rows:
@@ -223,7 +222,12 @@ class ExtrasReader:
                     self.stats["link_previews"] += 1
                     out.setdefault(rid, []).append(
                         _entry("link", ref=preview[0], name=preview[1], text=preview[2]))
-            facts[rid] = (origin, event, bool(audio))
+            if audio:
+                audio_rows.add(rid)
+            if origin:
+                replies.append((rid, origin))
+        if replies:
+            self._replies(conn, replies, out)
         if self._att_sql is not None and with_files:
             sql = self._att_sql.format(",".join(str(int(r)) for r in with_files))
             for rid, filename, mime, uti, tname, size, sticker in conn.execute(sql):
@@ -231,26 +235,43 @@ class ExtrasReader:
                 self.stats["attachments_listed"] += 1
                 if not exists:
                     self.stats["attachments_missing"] += 1
-                kind = _kind(mime, uti, sticker, rid in facts and facts[rid][2])
+                kind = _kind(mime, uti, sticker, rid in audio_rows)
                 self.stats["voice_messages"] += kind == "voice"
                 name = tname or (Path(filename).name if filename else None)
                 out.setdefault(rid, []).append(_entry(kind, name=name, mime=mime or uti, size=int(size or 0),
                                                       path=path, exists=exists))
-        return out, facts
+        return out, audio_rows
 
-    def reply(self, origin: str) -> dict:
-        """The reply entry for a message answering ``origin`` (a guid), counted."""
-        self.stats["replies"] += 1
-        sender, words = self.quoted.get(origin, (None, None))
-        if origin not in self.quoted:
-            self.stats["replies_unresolved"] += 1
-        return _entry("reply", ref=f"imessage:{origin}", name=sender, text=words)
+    def _replies(self, conn: sqlite3.Connection, replies: list[tuple[int, str]], out: dict[int, list[dict]]) -> None:
+        """A reply entry, first, for each ``(ROWID, thread_originator_guid)``: the answered
+        message's sender and first words, looked up by guid (Apple indexes it). Counted."""
+        quoted: dict[str, tuple[str | None, str | None]] = {}
+        wanted = sorted({g for _, g in replies})
+        for i in range(0, len(wanted), 500):  # under SQLite's bound-parameter limit
+            part = wanted[i:i + 500]
+            for guid, hid, me, text, body in conn.execute(self._quote_sql.format(",".join("?" * len(part))), part):
+                quoted[guid] = (None if me else self.handles.get(hid, "Unknown"), _first_words(text, body))
+        for rid, origin in replies:
+            self.stats["replies"] += 1
+            sender, words = quoted.get(origin, (None, None))
+            if origin not in quoted:
+                self.stats["replies_unresolved"] += 1
+            out.setdefault(rid, []).insert(0, _entry("reply", ref=f"imessage:{origin}", name=sender, text=words))
 
-    def remember(self, guid: str, sender: str | None, text: str | None) -> None:
-        """Keep the first words of a message some reply answers."""
-        if guid in self.originators:
-            words = " ".join((text or "").split())
-            self.quoted[guid] = (sender, words[:REPLY_CHARS] + ("…" if len(words) > REPLY_CHARS else "") or None)
+
+def _first_words(text: Any, body: bytes | None) -> str | None:
+    """The first :data:`REPLY_CHARS` characters of a message's text (else of its attributedBody)."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    if not text and isinstance(body, bytes):
+        try:
+            text = decode_attributed_body(body)
+        except Exception:  # an unreadable body: the reply says it answers an earlier message
+            text = None
+    words = " ".join((text or "").replace("\ufffc", "").split())
+    if not words:
+        return None
+    return words[:REPLY_CHARS] + ("…" if len(words) > REPLY_CHARS else "")
 
 
 def _entry(kind: str, *, name: str | None = None, mime: str | None = None, size: int | None = None,

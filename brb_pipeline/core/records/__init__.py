@@ -33,8 +33,9 @@ REACTION = pl.Struct(
 #       attachments folder; null when the database has none), exists (checked, never opened),
 #       text (a transcription, voice only);
 #   "link": ref (the URL), name (preview title), text (preview summary);
-#   "reply": ref (message_id answered), name (its sender's handle, null when it was the owner's
-#       or unknown), text (its first words, null when that message is not in the archive);
+#   "reply": ref (message_id answered), name (its sender's handle; null when it was the owner's,
+#       "Unknown" when its handle is gone), text (its first words; null when that message is not in
+#       the archive or has no text);
 #   "event": text ("renamed the group to Ski trip", "added", "removed", "left the group"),
 #       name (the handle added or removed, when there is one).
 EXTRA = pl.Struct(
