@@ -249,7 +249,7 @@ class IMessageStream(BlockReader):
         atype = f"COALESCE({opt['associated_message_type']}, 0)"
         tap_where = f"({atype} BETWEEN 2000 AND 2007 OR {atype} BETWEEN 3000 AND 3007)"
         self._extras = ExtrasReader(conn, self.attachments_dir, self.handles)
-        flags = (  # 16: a reply, link preview, voice message or group event (read again by ROWID)
+        flags = (  # 16: a reply, link preview or voice message; with 8, read again by ROWID
             f"({tap_where}) + 2 * (COALESCE({opt['date_edited']}, 0) != 0) "
             f"+ 4 * (COALESCE({opt['date_retracted']}, 0) != 0) + 8 * (COALESCE({opt['item_type']}, 0) != 0) "
             f"+ 16 * {self._extras.row_predicate}"
@@ -331,7 +331,7 @@ class IMessageStream(BlockReader):
                     break
                 last = rows[-1][0]
                 self.stats["messages_read"] += len(rows)
-                extras = self._extras.block(conn, [r[0] for r in rows if r[7] & 16], [r[0] for r in rows if r[9]])
+                extras = self._extras.block(conn, [r[0] for r in rows if r[7] & 24], [r[0] for r in rows if r[9]])
                 block = self._block(rows, *extras)
                 del rows
                 if self.progress:
@@ -426,7 +426,7 @@ class IMessageStream(BlockReader):
             c_undec.append(undec)
             c_edit.append(bool(flag & 2))
             c_att.append(natt)
-            if (flag & 16 or natt) and rowid in ext:
+            if (flag & 24 or natt) and rowid in ext:
                 self._pending.append((len(c_rowid) - 1, ext[rowid]))
         return [c_rowid, c_guid, c_chat, c_sender, c_me, c_date, c_text, c_src, c_undec, c_edit, c_att]
 

@@ -32,6 +32,7 @@ from brb_pipeline.sources.typedstream import decode_attributed_body
 URL_BALLOON = "com.apple.messages.URLBalloonProvider"
 AUDIO_UTI = "com.apple.coreaudio-format"
 CHATDB_ATTACHMENTS = "~/Library/Messages/Attachments"  # how chat.db spells the folder
+_PREFIX = CHATDB_ATTACHMENTS + "/"
 REPLY_CHARS = 60  # the first words of a message a reply names
 
 STAT_KEYS = (
@@ -74,14 +75,14 @@ def resolve_attachment(filename: str | None, attachments_dir: Path | None) -> tu
     if not filename:
         return None, False
     name = filename.replace("\\", "/")
-    if attachments_dir is not None and name.startswith(CHATDB_ATTACHMENTS + "/"):
-        path = attachments_dir / name[len(CHATDB_ATTACHMENTS) + 1:]
+    if attachments_dir is not None and name.startswith(_PREFIX):
+        path = os.path.join(attachments_dir, name[len(_PREFIX):])
     else:
-        path = Path(os.path.expanduser(name))
+        path = os.path.expanduser(name)
     try:
-        return str(path), path.exists()
+        return path, os.path.exists(path)
     except (OSError, ValueError):  # a name the file system cannot take
-        return str(path), False
+        return path, False
 
 
 def link_preview(payload: bytes | None) -> tuple[str | None, str | None, str | None] | None:
@@ -165,8 +166,9 @@ class ExtrasReader:
                    if "payload_data" in mcols else "NULL")
         #: SQL true for a message row that may hold extras besides attachments: the reader's main
         #: query flags such rows (a bit), and only they are read again, by ROWID.
+        #: Group events (``item_type`` != 0) are flagged apart by the reader.
         self.row_predicate = (  # 0 or 1, never NULL
-            f"({m['thread_originator_guid']} IS NOT NULL OR COALESCE({m['item_type']}, 0) != 0 "
+            f"({m['thread_originator_guid']} IS NOT NULL "
             f"OR COALESCE({m['balloon_bundle_id']} = '{URL_BALLOON}', 0) OR COALESCE({m['is_audio_message']}, 0) != 0)"
         )
         self._msg_sql = (
