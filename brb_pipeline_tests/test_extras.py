@@ -151,6 +151,20 @@ def test_demo_extras_show_in_search_output_and_json(home):
     assert rich.SOURDOUGH_TITLE in plain.stdout
 
 
+def test_assistant_lines_carry_the_files_with_their_paths(home):
+    from brb_pipeline.assistant.lines import Transcript
+
+    home, archive = home
+    t = Transcript.load(home / "staging" / "messages.parquet", home / "staging" / "parsed_chats.parquet",
+                        contact_names={}, handle_names={})
+    lines = [t.line(i) for i in range(len(t))]
+    report = next(ln for ln in lines if rich.REPORT in ln["text"])
+    assert f"[attachment: {rich.REPORT}, PDF, 1.2 MB]" in report["text"]
+    (f,) = report["files"]
+    assert f["name"] == rich.REPORT and f["exists"] and Path(f["path"]).is_relative_to(archive.attachments_dir)
+    assert any(ln["text"].startswith("renamed the group to ") for ln in lines)
+
+
 def test_forget_removes_the_extras_from_disk(home):
     home, archive = home
     top = next(h for h in _search(home, "quarterly report PDF")["hits"] if rich.REPORT in h["text"])
