@@ -79,6 +79,9 @@ def _settings(home: Path | None, write: bool = False, **overrides: Any) -> Setti
               help="Apple Messages chat.db (default on macOS: ~/Library/Messages/chat.db).")
 @click.option("--addressbook", type=click.Path(path_type=Path), default=None,
               help="Folder with AddressBook-v22.abcddb (default on macOS: ~/Library/Application Support/AddressBook).")
+@click.option("--attachments", "attachments_dir", type=click.Path(path_type=Path), default=None,
+              help="Messages attachments folder chat.db's paths resolve against (default: "
+                   "~/Library/Messages/Attachments); files are listed, never opened or copied.")
 @click.option("--whatsapp", type=click.Path(path_type=Path), default=None,
               help="WhatsApp ChatStorage.sqlite; giving it turns the WhatsApp channel on.")
 @click.option("--no-whatsapp", is_flag=True, help="Turn the WhatsApp channel off.")
@@ -97,8 +100,8 @@ def _settings(home: Path | None, write: bool = False, **overrides: Any) -> Setti
               "the snapshot, keeping the forgotten list and search log).")
 @no_encryption_opt
 @home_opt
-def ingest(chat_db, addressbook, whatsapp, no_whatsapp, mail, no_mail, contacts, progress_mode, cancel_file,
-           no_insights, reembed, no_wait, rebuild, no_encryption, home):
+def ingest(chat_db, addressbook, attachments_dir, whatsapp, no_whatsapp, mail, no_mail, contacts, progress_mode,
+           cancel_file, no_insights, reembed, no_wait, rebuild, no_encryption, home):
     """Snapshot the sources and run every stage: parse, chunk, embed, store, index, map.
 
     On macOS, with no source given or saved, reads ~/Library/Messages/chat.db and
@@ -106,6 +109,7 @@ def ingest(chat_db, addressbook, whatsapp, no_whatsapp, mail, no_mail, contacts,
     from brb_pipeline import settings as settings_mod
 
     overrides: dict[str, Any] = {"chat_db": chat_db, "addressbook_dir": addressbook,
+                                 **({"attachments_dir": attachments_dir} if attachments_dir else {}),
                                  **encryption_override(no_encryption, home, settings_mod.default_home)}
     if whatsapp:
         overrides.update(whatsapp_db=whatsapp, whatsapp_enabled=True)
@@ -273,6 +277,7 @@ def demo(messages, whatsapp, mail, mail_messages, progress_mode, home, no_encryp
     archive = build_demo_archive(s.demo_archive_dir, messages=messages or None, whatsapp=whatsapp, mail=mail,
                                  mail_messages=mail_messages)
     s = _settings(s.home, chat_db=archive.chat_db, addressbook_dir=archive.addressbook_dir,
+                  attachments_dir=archive.attachments_dir,
                   whatsapp_db=archive.whatsapp_db if whatsapp else None, whatsapp_enabled=bool(whatsapp),
                   mail_dir=archive.mail_dir, mail_enabled=bool(mail), encryption=s.encryption)
     _run_ingest(s, progress_mode, None, [])
@@ -380,7 +385,11 @@ def search(query, contacts, senders, since, until, mode, k, channel, context, di
         from brb_pipeline.pipeline.repair import damaged_store_error
 
         raise damaged_store_error(s, e) from None
-    if as_json:
+    if as_json:  # a program also gets each passage's files and links, with their paths
+        from brb_pipeline.pipeline import paths
+        from brb_pipeline.pipeline.hit_files import add_hit_files
+
+        add_hit_files(out, paths.messages(s))
         click.echo(json.dumps(out, indent=2, ensure_ascii=False, default=str))
     else:
         click.echo(search_text(out))

@@ -55,6 +55,9 @@ class Settings:
     # Mail is never opened unless mail_enabled: ~/Library/Mail (holding V10/MailData/Envelope Index).
     mail_enabled: bool = False
     mail_dir: Path | None = field(default_factory=lambda: default_mail_dir(sys.platform))
+    # Where chat.db's "~/Library/Messages/Attachments/..." paths resolve (a copied archive names
+    # its copy). Files there are only checked to exist, never opened or copied.
+    attachments_dir: Path | None = field(default_factory=lambda: absolute(Path.home() / MAC_ATTACHMENTS))
     mail_exclude_lists: bool = True  # drop mailing-list and automated mail (List-*, noreply, bulk)
     # Encryption at rest (pipeline.keys): fixed when a home is first ingested, then read from its
     # encryption.json. False (`--no-encryption`) makes a plaintext home.
@@ -252,6 +255,9 @@ class Settings:
 MAC_CHAT_DB = Path("Library/Messages/chat.db")
 MAC_ADDRESSBOOK = Path("Library/Application Support/AddressBook")
 MAC_MAIL = Path("Library/Mail")
+
+
+MAC_ATTACHMENTS = "Library/Messages/Attachments"
 
 
 def default_mail_dir(platform: str) -> Path | None:

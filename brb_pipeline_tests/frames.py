@@ -34,5 +34,6 @@ def message_frame(rows: Sequence[tuple], *, message_id: Callable[[int], str] = l
         data["edited"].append(False)
         data["attachments"].append(0)
         data["reactions"].append([])
+        data["extras"].append([])
         data["contact_id"].append("c:" + chat)
     return pl.DataFrame(data, schema={**dict(MESSAGE_SCHEMA), "contact_id": pl.Utf8})

@@ -23,7 +23,7 @@ def _messages(rows: list[tuple]) -> pl.DataFrame:
     """rows: (channel, message_id, chat_id, sender, is_from_me, seconds after T0)."""
     return pl.DataFrame(
         [
-            (ch, mid, i, chat, sender, me, T0 + timedelta(seconds=s), "x", "text", False, False, 0, [])
+            (ch, mid, i, chat, sender, me, T0 + timedelta(seconds=s), "x", "text", False, False, 0, [], [])
             for i, (ch, mid, chat, sender, me, s) in enumerate(rows)
         ],
         schema=MESSAGE_SCHEMA,

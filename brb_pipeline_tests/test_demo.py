@@ -30,7 +30,9 @@ def test_reader_keeps_exactly_the_expected_messages(demo):
     a, r = demo
     c = a.counts
     assert c["corpus_messages"] == 600
-    assert r.stats["messages"] == c["expected_messages"] == 600 + c["attachments"] + c["multilingual"]
+    assert r.stats["messages"] == c["expected_messages"] == (600 + c["attachments"] + c["multilingual"]
+                                                              + c["group_events"] + c["rich_messages"])
+    assert c["group_events"] >= 3 and c["rich_messages"] == 7
     assert r.stats["messages_read"] == c["message_rows"]
     # Every rule of the reader had something to act on, with the counts the generator wrote.
     assert r.stats["unsent_dropped"] == c["unsent"] >= 2

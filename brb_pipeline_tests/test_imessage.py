@@ -61,8 +61,14 @@ CASES = [
     # unsent (retracted, no text, no attachment) -> dropped and counted
     ({}, lambda b, h, c: b.add_message(c, 0, None, ts=T0, is_from_me=True, date_retracted=T0, date_edited=T0),
      None, {"unsent_dropped": 1, "messages": 0}),
-    # group rename system message (no text, item_type 2) -> skipped and counted
+    # group rename (no text, item_type 2) -> kept as a group event
     ({}, lambda b, h, c: b.add_message(c, 0, None, ts=T0, is_from_me=True, item_type=2, group_title="x"),
+     {"text": None, "extras": [{"kind": "event", "name": None, "mime": None, "bytes": None, "path": None,
+                                "exists": None, "text": "renamed the group to x", "ref": None}]},
+     {"group_events": 1, "system_skipped": 0}),
+    # group photo changed (item_type 3, action 1): a system item -> skipped and counted
+    ({}, lambda b, h, c: b.add_message(c, 0, None, ts=T0, is_from_me=True, item_type=3,
+                                       columns={"group_action_type": 1}),
      None, {"system_skipped": 1}),
     # attachment with no text -> kept with its attachment count
     ({}, lambda b, h, c: b.add_message(c, h, None, ts=T0, attachments=2),

@@ -24,11 +24,32 @@ from typing import Any
 
 from brb_pipeline.core.chunking import ATTACHMENT_CHAR, BALLOON_CHAR, _place_untimed, resolve_time_zone
 from brb_pipeline.core.crypto import files
+from brb_pipeline.core.records.extras import render_extras
 
 #: The longest text a line carries (characters); a longer message ends in "…".
 MAX_LINE_CHARS = 2000
 _COLUMNS = ["message_id", "chat_id", "channel", "contact_id", "source_rowid", "sender", "is_from_me", "ts",
             "text", "attachments"]
+
+
+def _read_messages(messages_path: Path) -> Any:
+    """The staged messages' columns a transcript uses (``extras`` when the file has it)."""
+    import polars as pl
+
+    if not Path(messages_path).exists():
+        return pl.DataFrame(schema={c: pl.Utf8 for c in _COLUMNS})
+    try:
+        return files.read_parquet(messages_path, columns=[*_COLUMNS, "extras"])
+    except Exception:  # staged before extras existed
+        return files.read_parquet(messages_path, columns=_COLUMNS)
+
+
+def _file(e: dict) -> dict[str, Any]:
+    """An attachment or link of a line, for an assistant."""
+    if e["kind"] == "link":
+        return {"kind": "link", "url": e["ref"], "title": e["name"], "summary": e["text"]}
+    return {"kind": e["kind"], "name": e["name"], "mime": e["mime"], "bytes": e["bytes"], "path": e["path"],
+            "exists": e["exists"]}
 
 
 def citation_id(chat_id: str, first_message_id: str, last_message_id: str) -> str:
@@ -67,6 +88,7 @@ class Transcript:
     handle_names: Mapping[str, str]
     chats: dict[str, dict[str, Any]] = field(default_factory=dict)  # chat_id -> channel, contact_id, name, handles
     tz: tzinfo | None = None
+    extras: list = field(default_factory=list)  # per row: EXTRA entries or None (files, links, reply...)
 
     @classmethod
     def load(cls, messages_path: Path, chats_path: Path, *, contact_names: Mapping[str, str],
@@ -80,8 +102,7 @@ class Transcript:
         """
         import polars as pl
 
-        msgs = files.read_parquet(messages_path, columns=_COLUMNS) if Path(messages_path).exists() else \
-            pl.DataFrame(schema={c: pl.Utf8 for c in _COLUMNS})
+        msgs = _read_messages(messages_path)
         if msgs.height and msgs["ts"].null_count():
             msgs = _place_untimed(msgs, ["chat_id"]).sort(["chat_id", "_place", "_untimed", "_rid", "message_id"])
         else:
@@ -96,6 +117,8 @@ class Transcript:
                 msgs["ts"].to_list(), msgs["text"].to_list(), [int(a or 0) for a in msgs["attachments"].to_list()],
                 spans, {m: i for i, m in enumerate(ids)}, dict(handle_names), tz=resolve_time_zone(time_zone))
         t.chats = _chats(msgs, chats_path, contact_names)
+        if "extras" in msgs.columns:
+            t.extras = msgs["extras"].to_list()
         return t
 
     def __len__(self) -> int:
@@ -114,8 +137,17 @@ class Transcript:
         name, handle = self.sender(i)
         ts = self.ts[i]
         shown = None if ts is None else (ts.astimezone(self.tz) if self.tz is not None else ts.astimezone())
-        return {"id": self.ids[i], "time": shown.isoformat(timespec="seconds") if shown else None,
-                "sender": name, "sender_handle": handle, "text": _text(self.texts[i], self.attachments[i])}
+        extras = self.extras[i] if self.extras else None
+        if not extras:
+            return {"id": self.ids[i], "time": shown.isoformat(timespec="seconds") if shown else None,
+                    "sender": name, "sender_handle": handle, "text": _text(self.texts[i], self.attachments[i])}
+        body, _, named = render_extras(self.texts[i], extras, self.handle_names)
+        out = {"id": self.ids[i], "time": shown.isoformat(timespec="seconds") if shown else None,
+               "sender": name, "sender_handle": handle, "text": _text(body, max(0, self.attachments[i] - named))}
+        listed = [_file(e) for e in extras if e["kind"] in ("file", "sticker", "voice", "link")]
+        if listed:
+            out["files"] = listed  # with their paths: an assistant can point at or open the file
+        return out
 
     def lines(self, lo: int, hi: int) -> list[dict[str, Any]]:
         return [self.line(i) for i in range(lo, hi)]

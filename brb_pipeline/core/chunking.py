@@ -45,10 +45,11 @@ import polars as pl
 
 from brb_pipeline.core.contacts.speakers import speaker
 from brb_pipeline.core.errors import SettingsError
+from brb_pipeline.core.records.extras import render_extras
 from brb_pipeline.core.store.findable import findable_text
 from brb_pipeline.core.store.schema import CHUNK_SCHEMA  # the frame chunking hands to the store
 
-CHUNK_FORMAT = "v3-local"  # part of every batch's embedding key: a layout change re-embeds
+CHUNK_FORMAT = "v4-extras"  # part of every batch's embedding key: a layout change re-embeds
 
 ATTACHMENT_CHAR = "\ufffc"  # object replacement: where an attachment sat in the text
 BALLOON_CHAR = "\ufffd"  # app balloon placeholder
@@ -303,6 +304,23 @@ def chunk_messages(
     return pl.DataFrame(rows, schema=CHUNK_SCHEMA)
 
 
+def _with_extras(group: pl.DataFrame, texts: list, atts: list,
+                 names: Mapping[str, str]) -> tuple[list, list, set[int]]:
+    """Texts with their extras rendered (:func:`render_extras`), attachment counts less those the
+    tags name, and the indices of group events. Frames without ``extras`` pass unchanged."""
+    if "extras" not in group.columns:
+        return texts, atts, set()
+    texts, atts = list(texts), list(atts)
+    events = set()
+    for i, extras in enumerate(group["extras"].to_list()):
+        if extras:
+            texts[i], is_event, named = render_extras(texts[i], extras, names)
+            atts[i] = max(0, (atts[i] or 0) - named)
+            if is_event:
+                events.add(i)
+    return texts, atts, events
+
+
 def _place_untimed(messages: pl.DataFrame, chat: list[str]) -> pl.DataFrame:
     """Add ``_place`` (the time of the nearest earlier message by ROWID in the chat, else the
     nearest later one), ``_untimed`` (ts is null) and ``_rid`` (ROWID, 0 when missing)."""
@@ -325,6 +343,7 @@ def _chunk_chat(group: pl.DataFrame, contact_id: str, chat_id: str, batch: str,
     mine = group["is_from_me"].to_list()
     atts = group["attachments"].to_list()
     reacts = group["reactions"].to_list()
+    texts, atts, events = _with_extras(group, texts, atts, sender_names)
     channel = group["channel"][0]
     contact_name = contact_names.get(contact_id, contact_id)
     local = [None if t is None else (t.astimezone(tz) if tz is not None else t.astimezone()) for t in ts]
@@ -338,6 +357,8 @@ def _chunk_chat(group: pl.DataFrame, contact_id: str, chat_id: str, batch: str,
         who = speaker(mine[i], senders[i], sender_names)
         timed = message_lines(who, local[i], texts[i], atts[i] or 0, reacts[i], params.max_message_chars)
         plain = message_lines(who, None, texts[i], atts[i] or 0, reacts[i], params.max_message_chars)
+        if i in events:  # "Sam renamed the group to Ski trip": the actor is the line's subject
+            timed, plain = [t.replace(": ", " ", 1) for t in timed], [p.replace(": ", " ", 1) for p in plain]
         lines.extend(timed)
         untimed.extend(plain)
         if len(timed) == 1:

@@ -242,6 +242,8 @@ class ChatDbBuilder:
         associated_emoji: str | None = None,
         raw_date: Any = None,
         summary_info: bytes | None = None,
+        columns: dict[str, Any] | None = None,
+        files: list[dict[str, Any]] | None = None,
     ) -> str:
         """Add a ``message`` (+ chat and attachment joins); returns its guid.
 
@@ -256,6 +258,8 @@ class ChatDbBuilder:
             raw_body: store these bytes as ``attributedBody`` verbatim (e.g. junk).
             raw_date: store this ``date`` verbatim instead of ``ts`` (a wrong unit, year 1...).
             summary_info: ``message_summary_info`` bytes (see :meth:`add_edited_message`).
+            columns: further ``message`` columns written verbatim (``thread_originator_guid``...).
+            files: attachment rows to create and join, each a dict of ``attachment`` columns.
         """
         rid = self._next["message"]
         self._next["message"] += 1
@@ -282,7 +286,7 @@ class ChatDbBuilder:
              "associated_message_guid": associated_guid, "associated_message_type": associated_type,
              "associated_message_emoji": associated_emoji,
              "cache_has_attachments": int(attachments > 0), "cache_roomnames": None,
-             "message_summary_info": summary_info}
+             "message_summary_info": summary_info, **(columns or {})}
         )
         chats = [] if chat is None else ([chat] if isinstance(chat, int) else list(chat))
         if self.bulk:  # what the after_insert_on_chat_message_join trigger would have written
@@ -291,7 +295,25 @@ class ChatDbBuilder:
         for c in chats:
             self._joins["chat_message_join"].append((c, rid, date))
         self._add_attachments(rid, attachments, date, is_from_me)
+        for spec in files or ():
+            self._add_file(rid, spec, date, is_from_me)
+        if files:
+            self._rows["message"][-1]["cache_has_attachments"] = 1
         return guid
+
+    def _add_file(self, rid: int, spec: dict[str, Any], date: Any, is_from_me: bool) -> None:
+        """One attachment row with the given columns, joined to message ``rid`` (``rid`` None: no join)."""
+        aid = self._next["attachment"]
+        self._next["attachment"] += 1
+        ag = self.new_guid()
+        self._rows["attachment"].append({"ROWID": aid, "guid": ag, "original_guid": ag, "created_date": date,
+                                         "transfer_state": 5, "is_outgoing": int(is_from_me), **spec})
+        if rid is not None:
+            self._joins["message_attachment_join"].append((rid, aid))
+
+    def add_unjoined_file(self, spec: dict[str, Any]) -> None:
+        """An attachment row no message points at (seen after a message is deleted mid-sync)."""
+        self._add_file(None, spec, 0, False)
 
     def _add_attachments(self, rid: int, n: int, date: Any, is_from_me: bool) -> None:
         """``n`` photo attachment rows joined to message ``rid``."""
@@ -379,7 +401,9 @@ class ChatDbBuilder:
         if not rows:
             return
         have = set(self._cols[table])
-        cols = [c for c in rows[0] if c in have]
+        k0 = rows[0].keys()  # rows written with further columns (add_message's columns, files) differ
+        keys = dict.fromkeys(k0) | dict.fromkeys(k for r in rows if r.keys() != k0 for k in r)
+        cols = [c for c in keys if c in have]
         sql = 'INSERT INTO "{}" ({}) VALUES ({})'.format(
             table, ", ".join(f'"{c}"' for c in cols), ", ".join("?" * len(cols))
         )

@@ -37,6 +37,7 @@ from typing import Any
 
 from brb_pipeline.demo import names as N
 from brb_pipeline.demo.chatdb_schema import STYLE_DIRECT, STYLE_GROUP
+from brb_pipeline.demo.rich import write_rich_messages
 from brb_pipeline.demo.chatdb_writer import ChatDbBuilder
 from brb_pipeline.demo.contact_stores import write_demo_addressbook, write_demo_mail_store, write_demo_whatsapp
 from brb_pipeline.demo.people import Cast, Contact, random_guid
@@ -82,6 +83,7 @@ class DemoArchive:
         addressbook_dir: the AddressBook folder (root store + ``Sources/<UUID>/``).
         whatsapp_db: ChatStorage.sqlite, or None unless ``whatsapp=True``.
         mail_dir: the folder standing for ``~/Library/Mail``, or None unless ``mail=True``.
+        attachments_dir: the folder standing for ``~/Library/Messages/Attachments``.
         counts: what was written; ``expected_messages`` is what ``read_imessage`` should keep.
     """
 
@@ -92,6 +94,7 @@ class DemoArchive:
     counts: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     mail_dir: Path | None = None
+    attachments_dir: Path | None = None
 
 
 class _Events:
@@ -117,7 +120,7 @@ class _Gen:
                 "corpus_messages", "message_rows", "expected_messages", "body_null", "body_empty",
                 "tapbacks", "tapback_removals", "tapbacks_orphaned", "edited", "unsent",
                 "attachments", "orphans", "vanished_handle_messages", "groups", "named_groups",
-                "system_messages", "multilingual", "contacts", "email_handles", "intl_handles",
+                "system_messages", "group_events", "rich_messages", "multilingual", "contacts", "email_handles", "intl_handles",
                 "named_contacts", "addressbook_people", "addressbook_conflicts", "addressbook_stores",
                 "conversations", "whatsapp_chats", "whatsapp_messages",
             )
@@ -148,17 +151,20 @@ class _Gen:
 
         ev.items.sort(key=lambda e: (e[0], e[1]))
         self._write_messages(b, ev.items)
+        self._rich_messages(b, parents)
         b.close()
 
         self.counts["expected_messages"] = (
             self.counts["corpus_messages"] + self.counts["attachments"] + self.counts["multilingual"]
+            + self.counts["group_events"] + self.counts["rich_messages"]
         )
         ab_dir = self.dest / "AddressBook"
         write_demo_addressbook(ab_dir, [c for c in contacts], self.rng, self.counts)
         wa = write_demo_whatsapp(self.dest, contacts, self.rng, self.counts) if whatsapp else None
         mail_dir = write_demo_mail_store(self.dest, contacts, self.cast.seed, self.counts,
                                          mail_messages) if mail else None
-        return DemoArchive(self.dest, self.dest / "chat.db", ab_dir, wa, self.counts, mail_dir=mail_dir)
+        return DemoArchive(self.dest, self.dest / "chat.db", ab_dir, wa, self.counts, mail_dir=mail_dir,
+                           attachments_dir=self.dest / "Attachments")
 
     def _pick_groups(self, convs: list, contacts: list[Contact]) -> list[int]:
         """Which conversations become group chats, and the one contact whose handle vanishes."""
@@ -304,6 +310,16 @@ class _Gen:
                     me=me, text=text, guid=random_guid(r))
             self.counts["multilingual"] += 1
 
+    def _rich_messages(self, b: ChatDbBuilder, parents: list) -> None:
+        """Attachments, link previews, a reply and group events (:mod:`brb_pipeline.demo.rich`)."""
+        direct = next((p for p in parents if len(p[3]) == 1 and not p[3][0].vanished and p[4] == p[3][0].chat), None)
+        if direct is None:
+            return
+        group = next((p for p in parents if len(p[3]) > 1), None)
+        write_rich_messages(
+            b, self.dest / "Attachments", (direct[4], direct[3][0].rowid, direct[0]),
+            None if group is None else (group[4], [m.rowid for m in group[3]], group[0]), direct[1], self.counts)
+
     def _write_messages(self, b: ChatDbBuilder, events: list) -> None:
         r = self.rng
         for n, (ts, _, kw) in enumerate(events):
@@ -314,7 +330,7 @@ class _Gen:
             if kind == "system":
                 b.add_message(kw["chat"], 0, None, ts=ts, is_from_me=True, item_type=2, group_title=kw["title"],
                               guid=random_guid(r))
-                self.counts["system_messages"] += 1
+                self.counts["group_events"] += 1  # a rename: kept as a group event
             elif kind == "tapback":
                 b.add_tapback(kw["chat"], handle, kw["parent"], kw["rkind"], ts=ts, is_from_me=kw["me"],
                               remove=kw.get("remove", False), part=kw["part"], emoji=kw["emoji"])

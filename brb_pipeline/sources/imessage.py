@@ -52,12 +52,15 @@ from brb_pipeline.core.errors import CancelledError
 from brb_pipeline.core.records.handles import normalize_handle
 from brb_pipeline.core.records import (
     CHAT_SCHEMA,
+    EXTRA,
     MESSAGE_SCHEMA,
     ORPHAN_CHAT_ID,
     REACTION,
     ReadResult,
     read_all,
 )
+from brb_pipeline.sources.imessage_extras import STAT_KEYS as EXTRA_STAT_KEYS
+from brb_pipeline.sources.imessage_extras import ExtrasReader
 from brb_pipeline.sources.typedstream import decode_attributed_body
 from brb_pipeline.sources.imessage_rows import apple_date_to_us, parent_guid, reaction_frame, row_text
 from brb_pipeline.sources.sqlite_ro import (
@@ -114,6 +117,7 @@ STAT_KEYS = (
     "date_invalid",
     "from_edit_history",
     "partly_unsent",
+    *EXTRA_STAT_KEYS,
     "text_invalid_utf8",
     "text_recovered_from_body",
     "other_invalid_utf8",
@@ -145,6 +149,7 @@ def read_imessage(
     progress: Callable[[int, int], None] | None = None,
     chunk_rows: int = CHUNK_ROWS,
     timeout_s: float = 5.0,
+    attachments_dir: Path | None = None,
 ) -> ReadResult:
     """Read every message and chat of a chat.db, read-only.
 
@@ -155,6 +160,8 @@ def read_imessage(
         progress: called as ``progress(rows_done, rows_total)`` after each chunk.
         chunk_rows: message rows fetched per chunk (bounds memory held in Python tuples).
         timeout_s: how long to wait on a lock when opening.
+        attachments_dir: the folder chat.db's ``~/Library/Messages/Attachments/...`` paths
+            resolve against (None: as written); files are only checked to exist, never opened.
 
     Returns:
         ReadResult with ``messages`` (MESSAGE_SCHEMA, ROWID order), ``chats`` (CHAT_SCHEMA) and
@@ -165,7 +172,7 @@ def read_imessage(
         CancelledError.
     """
     with IMessageStream(path, default_region=default_region, cancel=cancel, progress=progress,
-                        chunk_rows=chunk_rows, timeout_s=timeout_s) as stream:
+                        chunk_rows=chunk_rows, timeout_s=timeout_s, attachments_dir=attachments_dir) as stream:
         return read_all(stream)
 
 
@@ -184,12 +191,14 @@ class IMessageStream(BlockReader):
     per reaction still standing), not the messages.
 
     Args:
-        path, default_region, cancel, progress, chunk_rows, timeout_s: as for
+        path, default_region, cancel, progress, chunk_rows, timeout_s, attachments_dir: as for
             :func:`read_imessage`.
     """
 
-    def __init__(self, path: Path, *, chunk_rows: int = CHUNK_ROWS, **options: Any) -> None:
+    def __init__(self, path: Path, *, chunk_rows: int = CHUNK_ROWS, attachments_dir: Path | None = None,
+                 **options: Any) -> None:
         super().__init__(path, chunk_rows=chunk_rows, **options)
+        self.attachments_dir = Path(attachments_dir).expanduser() if attachments_dir is not None else None
         self.stats = dict.fromkeys(STAT_KEYS, 0)
         self.chats = pl.DataFrame(schema=CHAT_SCHEMA)
         self._t0 = time.perf_counter()
@@ -239,9 +248,11 @@ class IMessageStream(BlockReader):
         # 1 tapback, 2 edited, 4 retracted, 8 non-text item (rename, member change...).
         atype = f"COALESCE({opt['associated_message_type']}, 0)"
         tap_where = f"({atype} BETWEEN 2000 AND 2007 OR {atype} BETWEEN 3000 AND 3007)"
-        flags = (
+        self._extras = ExtrasReader(conn, self.attachments_dir, self.handles)
+        flags = (  # 16: a reply, link preview or voice message; with 8, read again by ROWID
             f"({tap_where}) + 2 * (COALESCE({opt['date_edited']}, 0) != 0) "
-            f"+ 4 * (COALESCE({opt['date_retracted']}, 0) != 0) + 8 * (COALESCE({opt['item_type']}, 0) != 0)"
+            f"+ 4 * (COALESCE({opt['date_retracted']}, 0) != 0) + 8 * (COALESCE({opt['item_type']}, 0) != 0) "
+            f"+ 16 * {self._extras.row_predicate}"
         )
         chat_of = "(SELECT MIN(j.chat_id) FROM chat_message_join j WHERE j.message_id = m.ROWID)"
         # The edit history is fetched only where it can matter: an edited or unsent row, or one
@@ -320,7 +331,8 @@ class IMessageStream(BlockReader):
                     break
                 last = rows[-1][0]
                 self.stats["messages_read"] += len(rows)
-                block = self._block(rows)
+                extras = self._extras.block(conn, [r[0] for r in rows if r[7] & 24], [r[0] for r in rows if r[9]])
+                block = self._block(rows, *extras)
                 del rows
                 if self.progress:
                     self.progress(self.stats["messages_read"], self.total)
@@ -329,8 +341,10 @@ class IMessageStream(BlockReader):
             raise translate_sqlite_error(e, WHAT, self.path) from None
         self._done = True
 
-    def _block(self, rows: list[tuple]) -> pl.DataFrame:
-        """One chunk of source rows -> kept messages (MESSAGE_SCHEMA) with their reactions."""
+    def _block(self, rows: list[tuple], ext: dict[int, list[dict]], _audio: set[int]) -> pl.DataFrame:
+        """One chunk of source rows -> kept messages (MESSAGE_SCHEMA) with their reactions and
+        extras (``ext``: entries per ROWID, from :meth:`ExtrasReader.block`)."""
+        self._ext, self._pending = ext, []
         raw = pl.DataFrame(self._kept_columns(rows), schema=_RAW_SCHEMA, orient="col")
         messages = raw.select(
             pl.lit(CHANNEL).alias("channel"),
@@ -348,7 +362,7 @@ class IMessageStream(BlockReader):
         )
         self.stats["messages"] += messages.height
         self.stats["date_invalid"] += messages["ts"].null_count()
-        return self._attach_reactions(messages).select(list(MESSAGE_SCHEMA))
+        return self._attach_extras(self._attach_reactions(messages)).select(list(MESSAGE_SCHEMA))
 
     def _kept_columns(self, rows: list[tuple]) -> list[list]:
         """The kept messages of a chunk as the columns of :data:`_RAW_SCHEMA`; counts the rest.
@@ -357,6 +371,7 @@ class IMessageStream(BlockReader):
         is dropped as unsent or as a system item, unless its blob was undecodable.
         """
         stats, handles, sole, chat_ids = self.stats, self.handles, self.sole, self.chat_ids
+        ext = self._ext
         c_rowid: list[int] = []
         c_guid: list[str] = []
         c_chat: list[str] = []
@@ -374,7 +389,7 @@ class IMessageStream(BlockReader):
             if text is not None:
                 text, blob = self._decode_text(rowid, text, blob)
             text, src, undec, flag = row_text(text, blob, info, flag, stats)
-            if text is None and not natt:
+            if text is None and not natt and rowid not in ext:
                 if flag & 6:
                     stats["unsent_dropped"] += 1
                     continue
@@ -411,8 +426,20 @@ class IMessageStream(BlockReader):
             c_undec.append(undec)
             c_edit.append(bool(flag & 2))
             c_att.append(natt)
+            if (flag & 24 or natt) and rowid in ext:
+                self._pending.append((len(c_rowid) - 1, ext[rowid]))
         return [c_rowid, c_guid, c_chat, c_sender, c_me, c_date, c_text, c_src, c_undec, c_edit, c_att]
 
+    def _attach_extras(self, messages: pl.DataFrame) -> pl.DataFrame:
+        """Add ``extras`` (null when none) from the entries queued by :meth:`_note_extras`; the
+        rows are in the order :meth:`_kept_columns` produced them: ``self._pending`` holds
+        ``(position in the chunk, entries)``."""
+        if not self._pending:
+            return messages.with_columns(pl.lit(None, dtype=pl.List(EXTRA)).alias("extras"))
+        col: list[list[dict] | None] = [None] * messages.height
+        for position, entries in self._pending:
+            col[position] = entries
+        return messages.with_columns(pl.Series("extras", col, dtype=pl.List(EXTRA)))
     def _decode_other(self, raw: bytes) -> str:
         """The connection's text factory: UTF-8, else replacement characters (counted)."""
         try:
@@ -465,6 +492,7 @@ class IMessageStream(BlockReader):
         """Chats (with the orphan bucket when used) and warnings."""
         stats = self.stats
         stats["tapbacks_orphaned"] = sum(self._tap_rows.values()) - stats["tapbacks_folded"]
+        stats.update(self._extras.stats)
         chats = self.chats if stats["orphans"] else self.chats.head(self.chats.height - 1)  # the bucket is last
         warnings = stat_warnings(stats, {
             "tapbacks_orphaned": "iMessage - {n:,} tapbacks whose parent message is missing",
@@ -475,6 +503,9 @@ class IMessageStream(BlockReader):
             "text_recovered_from_body": "iMessage - {n:,} messages had text that is not valid UTF-8 (read from attributedBody)",
             "other_invalid_utf8": "iMessage - {n:,} other values (guids, handles, names) were not valid UTF-8 (replaced)",
             "date_invalid": "iMessage - {n:,} messages with a missing or impossible date, kept without a time",
+            "attachments_missing": "iMessage - {n:,} attachments whose file is not in the attachments folder",
+            "attachments_unjoined": "iMessage - {n:,} attachment rows no message points at",
+            "link_previews_undecodable": "iMessage - {n:,} link previews that could not be read (their URL is kept)",
         })
         log.info(
             "iMessage - read %s rows into %s messages and %s chats in %.2f s",

@@ -37,7 +37,7 @@ from urllib.parse import unquote, urlparse
 import polars as pl
 
 from brb_pipeline.core.errors import SourceMissingError
-from brb_pipeline.core.records import CHAT_SCHEMA, MESSAGE_SCHEMA, REACTION, ReadResult, read_all
+from brb_pipeline.core.records import CHAT_SCHEMA, EXTRA, MESSAGE_SCHEMA, REACTION, ReadResult, read_all
 from brb_pipeline.core.records.handles import normalize_handle
 from brb_pipeline.sources.mail_body import Body, is_noreply, read_emlx
 from brb_pipeline.sources.sqlite_ro import (
@@ -287,7 +287,7 @@ class MailStream(BlockReader):
         mine = mailbox in self.sent or sender in self.owner
         self.threads_read.add(f"{CHANNEL}:{thread}")
         return (CHANNEL, f"{CHANNEL}:{gid}", rowid, f"{CHANNEL}:{thread}", None if mine else sender, mine, ts,
-                text, "text" if text else "none", False, False, int(n_att or 0), [])
+                text, "text" if text else "none", False, False, int(n_att or 0), [], [])
 
     def _body(self, rowid: int) -> Body:
         path = self.bodies.get(rowid)
@@ -337,6 +337,7 @@ def _ts(value: object, unix: bool) -> datetime | None:
 def _frame(rows: list[tuple]) -> pl.DataFrame:
     schema = dict(MESSAGE_SCHEMA)
     schema["reactions"] = pl.List(REACTION)
+    schema["extras"] = pl.List(EXTRA)
     if not rows:
         return pl.DataFrame(schema=MESSAGE_SCHEMA)
     return pl.DataFrame(rows, schema=schema, orient="row").select(list(MESSAGE_SCHEMA.names()))

@@ -30,7 +30,7 @@ from typing import Any
 import polars as pl
 
 from brb_pipeline.core.records.handles import normalize_handle
-from brb_pipeline.core.records import CHAT_SCHEMA, MESSAGE_SCHEMA, ORPHAN_CHAT_ID, REACTION, ReadResult, read_all
+from brb_pipeline.core.records import CHAT_SCHEMA, EXTRA, MESSAGE_SCHEMA, ORPHAN_CHAT_ID, REACTION, ReadResult, read_all
 from brb_pipeline.sources.sqlite_ro import BlockReader, closed_on_error, open_readonly, stat_warnings
 
 log = logging.getLogger(__name__)
@@ -291,6 +291,7 @@ def _normalize(raw: pl.DataFrame, info: pl.DataFrame, state: WhatsAppStream) -> 
         pl.lit(False).alias("edited"),
         has_media.cast(pl.Int32).alias("attachments"),
         pl.lit([], dtype=pl.List(REACTION)).alias("reactions"),
+        pl.lit([], dtype=pl.List(EXTRA)).alias("extras"),
     )
     stats["attachments"] += int(out.get_column("attachments").sum() or 0)
     stats["messages_read"] += out.height

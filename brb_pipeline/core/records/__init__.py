@@ -27,6 +27,31 @@ REACTION = pl.Struct(
     }
 )
 
+# What a message holds besides its text: one entry per attachment, link preview, reply or group
+# event. ``kind`` says which fields are used:
+#   "file" / "sticker" / "voice": name (transfer name), mime, bytes, path (resolved under the
+#       attachments folder; null when the database has none), exists (checked, never opened),
+#       text (a transcription, voice only);
+#   "link": ref (the URL), name (preview title), text (preview summary);
+#   "reply": ref (message_id answered), name (its sender's handle; null when it was the owner's,
+#       "Unknown" when its handle is gone), text (its first words; null when that message is not in
+#       the archive or has no text);
+#   "event": text ("renamed the group to Ski trip", "added", "removed", "left the group"),
+#       name (the handle added or removed, when there is one).
+EXTRA = pl.Struct(
+    {
+        "kind": pl.Utf8,
+        "name": pl.Utf8,
+        "mime": pl.Utf8,
+        "bytes": pl.Int64,
+        "path": pl.Utf8,
+        "exists": pl.Boolean,
+        "text": pl.Utf8,
+        "ref": pl.Utf8,
+    }
+)
+EXTRA_KINDS = ("file", "sticker", "voice", "link", "reply", "event")
+
 MESSAGE_SCHEMA = pl.Schema(
     {
         "channel": pl.Utf8,  # "imessage" | "whatsapp" | "mail"
@@ -42,6 +67,7 @@ MESSAGE_SCHEMA = pl.Schema(
         "edited": pl.Boolean,
         "attachments": pl.Int32,  # number of attachments (images, files, stickers...)
         "reactions": pl.List(REACTION),  # tapbacks folded onto this message, final state
+        "extras": pl.List(EXTRA),  # attachments, link previews, reply, group event (EXTRA); null when none
     }
 )
 

@@ -1,0 +1,176 @@
+"""What a message holds besides its text (issue 31): attachments, link previews, replies, voice
+messages, group events: read from chat.db's real columns, shown in passages, returned in
+``--json`` hits, and gone from disk after ``brb forget``."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from brb_pipeline.core.records.extras import human_size, kind_word, render_extras
+from brb_pipeline.demo import rich
+from brb_pipeline.demo.generate import build_demo_archive
+from brb_pipeline.sources.imessage import read_imessage
+from brb_pipeline.sources.imessage_extras import group_event, link_preview, resolve_attachment
+from brb_pipeline_tests.bytescan import scan, summary
+from brb_pipeline_tests.test_cli import ENV, brb
+
+T0 = datetime(2024, 3, 5, 18, 0, tzinfo=timezone.utc)
+A = "~/Library/Messages/Attachments"
+
+
+def test_link_preview_reads_the_keyed_archive_and_refuses_junk():
+    payload = rich.url_payload("https://ex.com/a", "A title", "A summary")
+    assert link_preview(payload) == ("https://ex.com/a", "A title", "A summary")
+    for junk in (b"bplist00 not really", b"", None, b"\x00" * 40, rich.url_payload("", "", "")):
+        assert link_preview(junk) is None
+
+
+def test_attachment_paths_resolve_under_the_folder_given_and_are_only_checked(tmp_path):
+    (tmp_path / "ab" / "01").mkdir(parents=True)
+    (tmp_path / "ab" / "01" / "x.pdf").write_bytes(b"%PDF")
+    assert resolve_attachment(f"{A}/ab/01/x.pdf", tmp_path) == (str(tmp_path / "ab/01/x.pdf"), True)
+    assert resolve_attachment(f"{A}/ab/01/gone.pdf", tmp_path) == (str(tmp_path / "ab/01/gone.pdf"), False)
+    assert resolve_attachment(None, tmp_path) == (None, False)
+    assert resolve_attachment("/abs/elsewhere.jpg", tmp_path) == ("/abs/elsewhere.jpg", False)
+
+
+def test_group_events_and_tags_read_as_short_lines():
+    assert group_event(2, 0, "Ski trip") == "renamed the group to Ski trip"
+    assert (group_event(1, 0, None), group_event(1, 1, None), group_event(3, 0, None)) == ("added", "removed", "left the group")
+    assert group_event(3, 1, None) is None and group_event(0, 0, None) is None  # photo change, plain message
+    assert (kind_word("application/pdf", "r.pdf"), kind_word("image/heic", "i.heic"), kind_word(None, "a.docx")) == \
+        ("PDF", "photo", "DOCX")
+    assert (human_size(1_250_000), human_size(999), human_size(0)) == ("1.2 MB", "999 B", None)
+    names = {"+15550001": "Sam"}
+    f = {"kind": "file", "name": "report.pdf", "mime": "application/pdf", "bytes": 1_250_000, "path": "/p",
+         "exists": True, "text": None, "ref": None}
+    reply = {"kind": "reply", "name": "+15550001", "text": "are we on for Saturday?", "ref": "imessage:G"}
+    assert render_extras("here \ufffc", [reply, f], names) == (
+        '↪ replying to Sam: "are we on for Saturday?" here \ufffc [attachment: report.pdf, PDF, 1.2 MB]', False, 1)
+    event = {"kind": "event", "name": "+15550001", "text": "added"}
+    assert render_extras(None, [event], names) == ("added Sam", True, 0)
+    assert render_extras("x", None, names) == ("x", False, 0)
+
+
+def _rich_chatdb(make_chatdb, root: Path):
+    b = make_chatdb()
+    sam = b.add_handle("+15550001")
+    kim = b.add_handle("+15550002")
+    chat = b.add_chat([sam], style=45, identifier="+15550001", guid="iMessage;-;+15550001")
+    group = b.add_chat([sam, kim], style=43, identifier="chat1", guid="iMessage;+;chat1")
+    asked = b.add_message(chat, sam, "are we still on for Saturday?", ts=T0)
+    files = [rich._file(root, 1, "report.pdf", "application/pdf", "com.adobe.pdf", 1_250_000),
+             rich._file(root, 2, "gone.heic", "image/heic", "public.heic", 10, present=False)]
+    b.add_message(chat, sam, "\ufffc\ufffc", ts=T0 + timedelta(minutes=1), files=files)
+    b.add_message(chat, sam, "\ufffc", ts=T0 + timedelta(minutes=2), columns={"is_audio_message": 1},
+                  files=[rich._file(root, 3, "Audio Message.caf", None, "com.apple.coreaudio-format", 9)])
+    b.add_message(chat, 0, "https://ex.com/bread", ts=T0 + timedelta(minutes=3), is_from_me=True,
+                  columns={"balloon_bundle_id": rich.URL_BALLOON,
+                           "payload_data": rich.url_payload("https://ex.com/bread", "Bread", "Flour, water")})
+    b.add_message(chat, 0, "https://ex.com/x", ts=T0 + timedelta(minutes=4), is_from_me=True,
+                  columns={"balloon_bundle_id": rich.URL_BALLOON, "payload_data": b"junk"})
+    b.add_message(chat, 0, "yes!", ts=T0 + timedelta(minutes=5), is_from_me=True,
+                  columns={"thread_originator_guid": asked})
+    b.add_message(chat, 0, "what?", ts=T0 + timedelta(minutes=6), is_from_me=True,
+                  columns={"thread_originator_guid": "NOT-IN-THE-ARCHIVE"})
+    b.add_message(group, 0, None, ts=T0, is_from_me=True, item_type=1, columns={"group_action_type": 0, "other_handle": kim})
+    b.add_message(group, sam, None, ts=T0 + timedelta(minutes=1), item_type=2, group_title="Ski trip")
+    b.add_message(group, kim, None, ts=T0 + timedelta(minutes=2), item_type=3, columns={"group_action_type": 0})
+    b.add_unjoined_file({"filename": f"{A}/zz/x.jpg", "transfer_name": "x.jpg"})
+    return b.close()
+
+
+def test_reader_lists_every_extra_and_counts_bad_input(make_chatdb, tmp_path, caplog):
+    root = tmp_path / "Attachments"
+    db = _rich_chatdb(make_chatdb, root)
+    r = read_imessage(db, attachments_dir=root)
+    st = r.stats
+    assert (st["attachments_listed"], st["attachments_missing"], st["attachments_unjoined"]) == (3, 1, 1)
+    assert (st["link_previews"], st["link_previews_undecodable"]) == (1, 1)
+    assert (st["replies"], st["replies_unresolved"], st["group_events"], st["voice_messages"]) == (2, 1, 3, 1)
+    ex = {t: e for t, e in zip(r.messages["text"].to_list(), r.messages["extras"].to_list())}
+    pdf, gone = ex["\ufffc\ufffc"]
+    assert (pdf["name"], pdf["kind"], pdf["bytes"], pdf["exists"]) == ("report.pdf", "file", 1_250_000, True)
+    assert Path(pdf["path"]).is_file() and Path(pdf["path"]).is_relative_to(root)
+    assert (gone["exists"], gone["path"].endswith("gone.heic")) == (False, True)
+    assert ex["\ufffc"][0]["kind"] == "voice"
+    assert ex["https://ex.com/bread"][0] == {**ex["https://ex.com/bread"][0], "kind": "link", "name": "Bread",
+                                             "text": "Flour, water", "ref": "https://ex.com/bread"}
+    assert ex["https://ex.com/x"] is None  # undecodable: the URL stays, counted
+    assert ex["yes!"][0]["text"] == "are we still on for Saturday?" and ex["yes!"][0]["name"] == "+15550001"
+    assert ex["what?"][0]["text"] is None
+    events = r.messages.filter(pl.col("text").is_null() & pl.col("extras").is_not_null())["extras"].to_list()
+    assert sorted(e[0]["text"] for e in events) == ["added", "left the group", "renamed the group to Ski trip"]
+    assert r.messages.height == 10
+    # Warnings and logs are counts: no file name, path, title or text.
+    said = " ".join(r.warnings) + caplog.text
+    for secret in ("report.pdf", "gone.heic", "Bread", "Saturday", str(root)):
+        assert secret not in said
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    root = tmp_path_factory.mktemp("extras")
+    archive = build_demo_archive(root / "archive", messages=600, seed=7)  # has group chats
+    home = root / "home"
+    r = brb("ingest", "--chat-db", str(archive.chat_db), "--addressbook", str(archive.addressbook_dir),
+            "--attachments", str(archive.attachments_dir), "--progress", "none", "--no-insights", home=home)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert archive.counts["group_events"] >= 3 and archive.counts["rich_messages"] == 7
+    return home, archive
+
+
+def _search(home: Path, query: str) -> dict:
+    r = brb("search", query, "--json", "-k", "3", home=home)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(r.stdout)
+
+
+def test_demo_extras_show_in_search_output_and_json(home):
+    home, archive = home
+    for query, shown in (("quarterly report PDF", f"[attachment: {rich.REPORT}, PDF, 1.2 MB]"),
+                         ("sticker", "[sticker]"), ("voice message", "[voice message]"),
+                         ("sourdough starter", f"[link: {rich.SOURDOUGH_TITLE} — {rich.SOURDOUGH_SUMMARY}]"),
+                         ("Saturday ski trip", "↪ replying to "), ("renamed the group", " renamed the group to ")):
+        hits = _search(home, query)["hits"]
+        assert any(shown in h["text"] for h in hits), (query, [h["text"] for h in hits])
+    hits = _search(home, "quarterly report PDF")["hits"]
+    files = {f.get("name") or f.get("url"): f for h in hits for f in h["files"]}
+    report = files[rich.REPORT]
+    assert report["exists"] and Path(report["path"]).is_file()
+    assert Path(report["path"]).is_relative_to(archive.attachments_dir)
+    assert report["mime"] == "application/pdf" and report["bytes"] == 1_250_000
+    links = {f["url"]: f for h in _search(home, "sourdough starter")["hits"] for f in h["files"] if f["kind"] == "link"}
+    assert links[rich.SOURDOUGH_URL]["title"] == rich.SOURDOUGH_TITLE
+    plain = brb("search", "sourdough starter", home=home)
+    assert rich.SOURDOUGH_TITLE in plain.stdout
+
+
+def test_assistant_lines_carry_the_files_with_their_paths(home):
+    from brb_pipeline.assistant.lines import Transcript
+
+    home, archive = home
+    t = Transcript.load(home / "staging" / "messages.parquet", home / "staging" / "parsed_chats.parquet",
+                        contact_names={}, handle_names={})
+    lines = [t.line(i) for i in range(len(t))]
+    report = next(ln for ln in lines if rich.REPORT in ln["text"])
+    assert f"[attachment: {rich.REPORT}, PDF, 1.2 MB]" in report["text"]
+    (f,) = report["files"]
+    assert f["name"] == rich.REPORT and f["exists"] and Path(f["path"]).is_relative_to(archive.attachments_dir)
+    assert any(ln["text"].startswith("renamed the group to ") for ln in lines)
+
+
+def test_forget_removes_the_extras_from_disk(home):
+    home, archive = home
+    top = next(h for h in _search(home, "quarterly report PDF")["hits"] if rich.REPORT in h["text"])
+    needles = [rich.REPORT, "DEMO-ATT-0001", rich.SOURDOUGH_TITLE, rich.SOURDOUGH_SUMMARY]
+    assert {f.needle for f in scan(home, needles)} == set(needles)  # the scan sees them first
+    r = brb("forget", "--contact", top["contact"], "--yes", home=home)
+    assert r.returncode == 0, r.stderr[-2000:]
+    found = scan(home, needles)
+    assert not found, summary(found)
