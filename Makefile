@@ -1,5 +1,5 @@
 # The two commands of the README. Each does its own set-up (scripts/setup.sh is idempotent).
-.PHONY: setup demo test bench
+.PHONY: setup demo test test-fast bench
 
 setup:
 	@bash scripts/setup.sh
@@ -8,7 +8,11 @@ demo: setup
 	.venv/bin/brb demo
 
 test: setup
-	.venv/bin/python -m pytest -n 2 -q
+	.venv/bin/python -m pytest -n 2 -q --durations=15
+
+# The edit-run loop: everything but the modules marked slow (brb_pipeline_tests/conftest.py).
+test-fast: setup
+	.venv/bin/python -m pytest -n 2 -q -m "not slow"
 
 # The self-contained benchmarks at their default sizes (each prints a table and writes JSON under
 # benchmarks/results/). The ones that read an ingested home (bench_retrieval, bench_oneshot,

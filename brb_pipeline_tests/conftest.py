@@ -25,6 +25,17 @@ T0 = datetime(2024, 3, 1, 12, 0, 0, tzinfo=UTC)
 os.environ["BRB_ENCRYPTION"] = "0"
 
 
+# Whole modules that take minutes: the kill -9 harness, the fault suite, the browser, the
+# end-to-end benchmark's own test. `make test` runs them; `make test-fast` leaves them out.
+SLOW_MODULES = frozenset({"test_crash_safety.py", "test_faults.py", "test_ui_browser.py", "test_bench_e2e.py"})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture
 def make_chatdb(tmp_path):
     def make(name: str = "chat.db", **kwargs) -> ChatDbBuilder:
