@@ -14,6 +14,7 @@ import pytest
 from brb_pipeline.core.records.extras import human_size, kind_word, render_extras
 from brb_pipeline.demo import rich
 from brb_pipeline.demo.generate import build_demo_archive
+from brb_pipeline.demo.mail_writer import MAIL_FILE
 from brb_pipeline.sources.imessage import read_imessage
 from brb_pipeline.sources.imessage_extras import group_event, link_preview, resolve_attachment
 from brb_pipeline_tests.bytescan import scan, summary
@@ -173,4 +174,67 @@ def test_forget_removes_the_extras_from_disk(home):
     r = brb("forget", "--contact", top["contact"], "--yes", home=home)
     assert r.returncode == 0, r.stderr[-2000:]
     found = scan(home, needles)
+    assert not found, summary(found)
+
+
+def test_whatsapp_media_rows_read_as_extras(tmp_path):
+    from brb_pipeline.demo.whatsapp_writer import WAChatRecord, WAMessageRecord, write_whatsapp
+    from brb_pipeline.sources.whatsapp import read_whatsapp
+
+    jid, p = "905321234567@s.whatsapp.net", tmp_path / "ChatStorage.sqlite"
+    write_whatsapp(p, [WAChatRecord(jid, "Ayşe", False)], [
+        WAMessageRecord(jid, False, None, T0, "hi", "s1"),
+        WAMessageRecord(jid, False, None, T0, None, "s2", media_path="Media/x/a1.pdf", media_type=8,
+                        media_bytes=1_250_000, media_title="report.pdf"),
+        WAMessageRecord(jid, False, None, T0, None, "s3", media_path="Media/x/b.opus", media_type=3, media_seconds=42),
+        WAMessageRecord(jid, True, None, T0, None, "s4", media_path="Media/x/c.jpg", media_bytes=2000,
+                        media_title="sunset at Kaş"),
+        WAMessageRecord(jid, False, None, T0, None, "s5", media_path="Media/x/d.webp", media_type=15),
+    ])
+    r = read_whatsapp(p)
+    bodies = [render_extras(row["text"], row["extras"], {})[0] for row in r.messages.iter_rows(named=True)]
+    assert bodies == ["hi", "[attachment: report.pdf, PDF, 1.2 MB]", "[voice message, 0:42]",
+                      "[attachment: c.jpg, photo, 2.0 KB — sunset at Kaş]", "[sticker]"]
+    doc = r.messages.get_column("extras")[1][0]
+    assert doc["path"] == "Media/x/a1.pdf" and doc["exists"] is None and doc["text"] is None
+    assert r.stats["attachments"] == 4
+
+
+@pytest.fixture(scope="module")
+def wa_home(tmp_path_factory):
+    root = tmp_path_factory.mktemp("wa-extras")
+    archive = build_demo_archive(root / "archive", messages=600, seed=7, whatsapp=True, mail=True)
+    home = root / "home"
+    r = brb("ingest", "--chat-db", str(archive.chat_db), "--addressbook", str(archive.addressbook_dir),
+            "--whatsapp", str(archive.whatsapp_db), "--mail", str(archive.mail_dir),
+            "--progress", "none", "--no-insights", home=home)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return home, archive
+
+
+def test_whatsapp_and_mail_files_are_searchable_in_json_and_forgotten(wa_home):
+    home, _archive = wa_home
+    hits = _search(home, "Kira sözleşmesi PDF")["hits"]
+    assert any("[attachment: Kira sözleşmesi 2025.pdf, PDF, 482.1 KB]" in h["text"] for h in hits), [h["text"] for h in hits]
+    files = [f for h in hits for f in h["files"]]
+    doc = next(f for f in files if f.get("name") == "Kira sözleşmesi 2025.pdf")
+    assert doc["bytes"] == 482_133 and doc["path"].endswith("/7f3c2e.pdf")
+    top = next(h for h in hits if "Kira sözleşmesi" in h["text"])
+    assert "[voice message, 0:42]" in top["text"]  # sent a minute after the document, same window
+    assert any(f.get("seconds") == 42 and f["kind"] == "voice" for f in top["files"])
+    mail = _search(home, "Overstory reading guide PDF")["hits"]
+    assert any(f"[attachment: {MAIL_FILE}, PDF, 14.0 KB]" in h["text"] for h in mail), [h["text"] for h in mail]
+    mf = next(f for h in mail for f in h["files"] if f.get("name") == MAIL_FILE)
+    assert mf["mime"] == "application/pdf" and mf["bytes"] == 14_000 and mf["path"] is None
+    needles = ["Kira sözleşmesi 2025.pdf", "7f3c2e.pdf", "9a1b04.opus"]
+    assert {f.needle for f in scan(home, needles)} == set(needles)
+    r = brb("forget", "--contact", top["contact"], "--yes", home=home)
+    assert r.returncode == 0, r.stderr[-2000:]
+    found = scan(home, needles)
+    assert not found, summary(found)
+    mail_top = next(h for h in mail if MAIL_FILE in h["text"])
+    assert {f.needle for f in scan(home, [MAIL_FILE])} == {MAIL_FILE}
+    r = brb("forget", "--contact", mail_top["contact"], "--yes", home=home)
+    assert r.returncode == 0, r.stderr[-2000:]
+    found = scan(home, [MAIL_FILE])
     assert not found, summary(found)
