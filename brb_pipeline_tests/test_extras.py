@@ -238,3 +238,21 @@ def test_whatsapp_and_mail_files_are_searchable_in_json_and_forgotten(wa_home):
     assert r.returncode == 0, r.stderr[-2000:]
     found = scan(home, [MAIL_FILE])
     assert not found, summary(found)
+
+
+def test_a_reaction_kind_newer_than_the_reader_is_counted_never_a_message(make_chatdb, caplog):
+    b = make_chatdb()
+    sam = b.add_handle("+15550001")
+    chat = b.add_chat([sam], style=45, identifier="+15550001", guid="iMessage;-;+15550001")
+    parent = b.add_message(chat, sam, "dinner at 8?", ts=T0)
+    b.add_tapback(chat, 0, parent, "emoji", ts=T0 + timedelta(minutes=1), is_from_me=True, emoji="🫠")
+    for atype in (2012, 3012, 2999):  # kinds a later macOS may write; one with Apple's fallback text
+        b.add_message(chat, sam, "Reacted \u201cdinner at 8?\u201d", ts=T0 + timedelta(minutes=2),
+                      associated_guid=f"p:0/{parent}", associated_type=atype)
+    r = read_imessage(b.close())
+    assert r.messages["text"].to_list() == ["dinner at 8?"]
+    (rx,) = r.messages["reactions"].to_list()
+    assert [(x["kind"], x["emoji"]) for x in rx] == [("emoji", "🫠")]
+    assert (r.stats["tapbacks_unknown"], r.stats["tapbacks_folded"], r.stats["tapbacks_orphaned"]) == (3, 1, 0)
+    assert any("newer than this reader" in w for w in r.warnings)
+    assert "dinner" not in " ".join(r.warnings) + caplog.text
