@@ -16,6 +16,7 @@ from brb_pipeline.demo import rich
 from brb_pipeline.demo.generate import build_demo_archive
 from brb_pipeline.demo.mail_writer import MAIL_FILE
 from brb_pipeline.sources.imessage import read_imessage
+from brb_pipeline.sources.typedstream import audio_transcription, encode_attributed_body
 from brb_pipeline.sources.imessage_extras import group_event, link_preview, resolve_attachment
 from brb_pipeline_tests.bytescan import scan, summary
 from brb_pipeline_tests.test_cli import ENV, brb
@@ -68,7 +69,9 @@ def _rich_chatdb(make_chatdb, root: Path):
     files = [rich._file(root, 1, "report.pdf", "application/pdf", "com.adobe.pdf", 1_250_000),
              rich._file(root, 2, "gone.heic", "image/heic", "public.heic", 10, present=False)]
     b.add_message(chat, sam, "\ufffc\ufffc", ts=T0 + timedelta(minutes=1), files=files)
-    b.add_message(chat, sam, "\ufffc", ts=T0 + timedelta(minutes=2), columns={"is_audio_message": 1},
+    b.add_message(chat, sam, "\ufffc", ts=T0 + timedelta(minutes=2),
+                  columns={"is_audio_message": 1,
+                           "attributedBody": encode_attributed_body("\ufffc", transcription="flour,  then rest")},
                   files=[rich._file(root, 3, "Audio Message.caf", None, "com.apple.coreaudio-format", 9)])
     b.add_message(chat, 0, "https://ex.com/bread", ts=T0 + timedelta(minutes=3), is_from_me=True,
                   columns={"balloon_bundle_id": rich.URL_BALLOON,
@@ -99,7 +102,8 @@ def test_reader_lists_every_extra_and_counts_bad_input(make_chatdb, tmp_path, ca
     assert (pdf["name"], pdf["kind"], pdf["bytes"], pdf["exists"]) == ("report.pdf", "file", 1_250_000, True)
     assert Path(pdf["path"]).is_file() and Path(pdf["path"]).is_relative_to(root)
     assert (gone["exists"], gone["path"].endswith("gone.heic")) == (False, True)
-    assert ex["\ufffc"][0]["kind"] == "voice"
+    assert ex["\ufffc"][0]["kind"] == "voice" and ex["\ufffc"][0]["text"] == "flour, then rest"
+    assert st["voice_transcriptions"] == 1
     assert ex["https://ex.com/bread"][0] == {**ex["https://ex.com/bread"][0], "kind": "link", "name": "Bread",
                                              "text": "Flour, water", "ref": "https://ex.com/bread"}
     assert ex["https://ex.com/x"] is None  # undecodable: the URL stays, counted
@@ -135,7 +139,7 @@ def _search(home: Path, query: str) -> dict:
 def test_demo_extras_show_in_search_output_and_json(home):
     home, archive = home
     for query, shown in (("quarterly report PDF", f"[attachment: {rich.REPORT}, PDF, 1.2 MB]"),
-                         ("sticker", "[sticker]"), ("voice message", "[voice message]"),
+                         ("sticker", "[sticker]"), ("flour starter overnight", f"[voice message: {rich.VOICE_TRANSCRIPT}]"),
                          ("sourdough starter", f"[link: {rich.SOURDOUGH_TITLE} — {rich.SOURDOUGH_SUMMARY}]"),
                          ("Saturday ski trip", "↪ replying to "), ("renamed the group", " renamed the group to ")):
         hits = _search(home, query)["hits"]
@@ -256,3 +260,11 @@ def test_a_reaction_kind_newer_than_the_reader_is_counted_never_a_message(make_c
     assert (r.stats["tapbacks_unknown"], r.stats["tapbacks_folded"], r.stats["tapbacks_orphaned"]) == (3, 1, 0)
     assert any("newer than this reader" in w for w in r.warnings)
     assert "dinner" not in " ".join(r.warnings) + caplog.text
+
+
+def test_voice_transcription_is_read_from_the_attribute_dictionary_only():
+    blob = encode_attributed_body("\ufffc", transcription="call me  back")
+    assert audio_transcription(blob) == "call me back"
+    for none in (encode_attributed_body("\ufffc"), encode_attributed_body("call me back"), b"junk", None,
+                 blob[: len(blob) - 20]):
+        assert audio_transcription(none) is None
