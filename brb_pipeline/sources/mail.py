@@ -275,7 +275,7 @@ class MailStream(BlockReader):
         original = not (prefix or "").strip()
         subject_text = (subject or "").strip() if original else ""
         text = "\n\n".join(t for t in (subject_text, body.text) if t) or None
-        if text is None and not n_att:
+        if text is None and not n_att and not body.files:
             st["empty_skipped"] += 1
             return None
         for key, hit in (("charset_replaced", body.replaced), ("html_bodies", body.html),
