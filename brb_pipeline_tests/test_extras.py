@@ -14,7 +14,9 @@ import pytest
 from brb_pipeline.core.records.extras import human_size, kind_word, render_extras
 from brb_pipeline.demo import rich
 from brb_pipeline.demo.generate import build_demo_archive
+from brb_pipeline.demo.mail_writer import MAIL_FILE
 from brb_pipeline.sources.imessage import read_imessage
+from brb_pipeline.sources.typedstream import audio_transcription, encode_attributed_body
 from brb_pipeline.sources.imessage_extras import group_event, link_preview, resolve_attachment
 from brb_pipeline_tests.bytescan import scan, summary
 from brb_pipeline_tests.test_cli import ENV, brb
@@ -67,7 +69,9 @@ def _rich_chatdb(make_chatdb, root: Path):
     files = [rich._file(root, 1, "report.pdf", "application/pdf", "com.adobe.pdf", 1_250_000),
              rich._file(root, 2, "gone.heic", "image/heic", "public.heic", 10, present=False)]
     b.add_message(chat, sam, "\ufffc\ufffc", ts=T0 + timedelta(minutes=1), files=files)
-    b.add_message(chat, sam, "\ufffc", ts=T0 + timedelta(minutes=2), columns={"is_audio_message": 1},
+    b.add_message(chat, sam, "\ufffc", ts=T0 + timedelta(minutes=2),
+                  columns={"is_audio_message": 1,
+                           "attributedBody": encode_attributed_body("\ufffc", transcription="flour,  then rest")},
                   files=[rich._file(root, 3, "Audio Message.caf", None, "com.apple.coreaudio-format", 9)])
     b.add_message(chat, 0, "https://ex.com/bread", ts=T0 + timedelta(minutes=3), is_from_me=True,
                   columns={"balloon_bundle_id": rich.URL_BALLOON,
@@ -98,7 +102,8 @@ def test_reader_lists_every_extra_and_counts_bad_input(make_chatdb, tmp_path, ca
     assert (pdf["name"], pdf["kind"], pdf["bytes"], pdf["exists"]) == ("report.pdf", "file", 1_250_000, True)
     assert Path(pdf["path"]).is_file() and Path(pdf["path"]).is_relative_to(root)
     assert (gone["exists"], gone["path"].endswith("gone.heic")) == (False, True)
-    assert ex["\ufffc"][0]["kind"] == "voice"
+    assert ex["\ufffc"][0]["kind"] == "voice" and ex["\ufffc"][0]["text"] == "flour, then rest"
+    assert st["voice_transcriptions"] == 1
     assert ex["https://ex.com/bread"][0] == {**ex["https://ex.com/bread"][0], "kind": "link", "name": "Bread",
                                              "text": "Flour, water", "ref": "https://ex.com/bread"}
     assert ex["https://ex.com/x"] is None  # undecodable: the URL stays, counted
@@ -134,7 +139,7 @@ def _search(home: Path, query: str) -> dict:
 def test_demo_extras_show_in_search_output_and_json(home):
     home, archive = home
     for query, shown in (("quarterly report PDF", f"[attachment: {rich.REPORT}, PDF, 1.2 MB]"),
-                         ("sticker", "[sticker]"), ("voice message", "[voice message]"),
+                         ("sticker", "[sticker]"), ("flour starter overnight", f"[voice message: {rich.VOICE_TRANSCRIPT}]"),
                          ("sourdough starter", f"[link: {rich.SOURDOUGH_TITLE} — {rich.SOURDOUGH_SUMMARY}]"),
                          ("Saturday ski trip", "↪ replying to "), ("renamed the group", " renamed the group to ")):
         hits = _search(home, query)["hits"]
@@ -174,3 +179,92 @@ def test_forget_removes_the_extras_from_disk(home):
     assert r.returncode == 0, r.stderr[-2000:]
     found = scan(home, needles)
     assert not found, summary(found)
+
+
+def test_whatsapp_media_rows_read_as_extras(tmp_path):
+    from brb_pipeline.demo.whatsapp_writer import WAChatRecord, WAMessageRecord, write_whatsapp
+    from brb_pipeline.sources.whatsapp import read_whatsapp
+
+    jid, p = "905321234567@s.whatsapp.net", tmp_path / "ChatStorage.sqlite"
+    write_whatsapp(p, [WAChatRecord(jid, "Ayşe", False)], [
+        WAMessageRecord(jid, False, None, T0, "hi", "s1"),
+        WAMessageRecord(jid, False, None, T0, None, "s2", media_path="Media/x/a1.pdf", media_type=8,
+                        media_bytes=1_250_000, media_title="report.pdf"),
+        WAMessageRecord(jid, False, None, T0, None, "s3", media_path="Media/x/b.opus", media_type=3, media_seconds=42),
+        WAMessageRecord(jid, True, None, T0, None, "s4", media_path="Media/x/c.jpg", media_bytes=2000,
+                        media_title="sunset at Kaş"),
+        WAMessageRecord(jid, False, None, T0, None, "s5", media_path="Media/x/d.webp", media_type=15),
+    ])
+    r = read_whatsapp(p)
+    bodies = [render_extras(row["text"], row["extras"], {})[0] for row in r.messages.iter_rows(named=True)]
+    assert bodies == ["hi", "[attachment: report.pdf, PDF, 1.2 MB]", "[voice message, 0:42]",
+                      "[attachment: c.jpg, photo, 2.0 KB — sunset at Kaş]", "[sticker]"]
+    doc = r.messages.get_column("extras")[1][0]
+    assert doc["path"] == "Media/x/a1.pdf" and doc["exists"] is None and doc["text"] is None
+    assert r.stats["attachments"] == 4
+
+
+@pytest.fixture(scope="module")
+def wa_home(tmp_path_factory):
+    root = tmp_path_factory.mktemp("wa-extras")
+    archive = build_demo_archive(root / "archive", messages=600, seed=7, whatsapp=True, mail=True)
+    home = root / "home"
+    r = brb("ingest", "--chat-db", str(archive.chat_db), "--addressbook", str(archive.addressbook_dir),
+            "--whatsapp", str(archive.whatsapp_db), "--mail", str(archive.mail_dir),
+            "--progress", "none", "--no-insights", home=home)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return home, archive
+
+
+def test_whatsapp_and_mail_files_are_searchable_in_json_and_forgotten(wa_home):
+    home, _archive = wa_home
+    hits = _search(home, "Kira sözleşmesi PDF")["hits"]
+    assert any("[attachment: Kira sözleşmesi 2025.pdf, PDF, 482.1 KB]" in h["text"] for h in hits), [h["text"] for h in hits]
+    files = [f for h in hits for f in h["files"]]
+    doc = next(f for f in files if f.get("name") == "Kira sözleşmesi 2025.pdf")
+    assert doc["bytes"] == 482_133 and doc["path"].endswith("/7f3c2e.pdf")
+    top = next(h for h in hits if "Kira sözleşmesi" in h["text"])
+    assert "[voice message, 0:42]" in top["text"]  # sent a minute after the document, same window
+    assert any(f.get("seconds") == 42 and f["kind"] == "voice" for f in top["files"])
+    mail = _search(home, "Overstory reading guide PDF")["hits"]
+    assert any(f"[attachment: {MAIL_FILE}, PDF, 14.0 KB]" in h["text"] for h in mail), [h["text"] for h in mail]
+    mf = next(f for h in mail for f in h["files"] if f.get("name") == MAIL_FILE)
+    assert mf["mime"] == "application/pdf" and mf["bytes"] == 14_000 and mf["path"] is None
+    needles = ["Kira sözleşmesi 2025.pdf", "7f3c2e.pdf", "9a1b04.opus"]
+    assert {f.needle for f in scan(home, needles)} == set(needles)
+    r = brb("forget", "--contact", top["contact"], "--yes", home=home)
+    assert r.returncode == 0, r.stderr[-2000:]
+    found = scan(home, needles)
+    assert not found, summary(found)
+    mail_top = next(h for h in mail if MAIL_FILE in h["text"])
+    assert {f.needle for f in scan(home, [MAIL_FILE])} == {MAIL_FILE}
+    r = brb("forget", "--contact", mail_top["contact"], "--yes", home=home)
+    assert r.returncode == 0, r.stderr[-2000:]
+    found = scan(home, [MAIL_FILE])
+    assert not found, summary(found)
+
+
+def test_a_reaction_kind_newer_than_the_reader_is_counted_never_a_message(make_chatdb, caplog):
+    b = make_chatdb()
+    sam = b.add_handle("+15550001")
+    chat = b.add_chat([sam], style=45, identifier="+15550001", guid="iMessage;-;+15550001")
+    parent = b.add_message(chat, sam, "dinner at 8?", ts=T0)
+    b.add_tapback(chat, 0, parent, "emoji", ts=T0 + timedelta(minutes=1), is_from_me=True, emoji="🫠")
+    for atype in (2012, 3012, 2999):  # kinds a later macOS may write; one with Apple's fallback text
+        b.add_message(chat, sam, "Reacted \u201cdinner at 8?\u201d", ts=T0 + timedelta(minutes=2),
+                      associated_guid=f"p:0/{parent}", associated_type=atype)
+    r = read_imessage(b.close())
+    assert r.messages["text"].to_list() == ["dinner at 8?"]
+    (rx,) = r.messages["reactions"].to_list()
+    assert [(x["kind"], x["emoji"]) for x in rx] == [("emoji", "🫠")]
+    assert (r.stats["tapbacks_unknown"], r.stats["tapbacks_folded"], r.stats["tapbacks_orphaned"]) == (3, 1, 0)
+    assert any("newer than this reader" in w for w in r.warnings)
+    assert "dinner" not in " ".join(r.warnings) + caplog.text
+
+
+def test_voice_transcription_is_read_from_the_attribute_dictionary_only():
+    blob = encode_attributed_body("\ufffc", transcription="call me  back")
+    assert audio_transcription(blob) == "call me back"
+    for none in (encode_attributed_body("\ufffc"), encode_attributed_body("call me back"), b"junk", None,
+                 blob[: len(blob) - 20]):
+        assert audio_transcription(none) is None

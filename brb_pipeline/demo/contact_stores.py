@@ -104,6 +104,14 @@ def write_demo_whatsapp(dest: Path, contacts: list[Contact], r: random.Random, c
         me_key = conv[0][1]
         for ts, s, text in conv[:60]:
             msgs.append(WAMessageRecord(jid, s == me_key, None, ts, text or "👍", "3EB0" + r.randbytes(8).hex().upper()))
+        if c is phones[0] and conv:  # one document and one voice note, with the real media columns
+            ts = conv[min(len(conv), 60) - 1][0]
+            msgs.append(WAMessageRecord(jid, False, None, ts + timedelta(minutes=2), None, "3EB0" + r.randbytes(8).hex().upper(),
+                                        media_path="Media/" + jid + "/a/b/7f3c2e.pdf", media_type=8,
+                                        media_bytes=482_133, media_title="Kira sözleşmesi 2025.pdf"))
+            msgs.append(WAMessageRecord(jid, False, None, ts + timedelta(minutes=3), None, "3EB0" + r.randbytes(8).hex().upper(),
+                                        media_path="Media/" + jid + "/c/d/9a1b04.opus", media_type=3,
+                                        media_bytes=61_420, media_seconds=42))
     if len(phones) >= 3 and len(spare) >= 4:
         gjid = f"1203630{r.randrange(10**11, 10**12)}@g.us"
         members = [(c.handle.lstrip("+") + "@s.whatsapp.net", name_of(c)) for c in phones[3:6] or phones[:2]]

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from email.mime.application import MIMEApplication
 from email.mime.multipart import MIMEMultipart
 from email.mime.text import MIMEText
 from email.utils import format_datetime, formataddr
@@ -68,10 +69,11 @@ class MailRecord:
 
 def rfc822(sender: Address, to: Sequence[Address], subject: str, ts: datetime, body: str, *,
            html: str | None = None, charset: str = "utf-8", encoding: str | None = None,
-           headers: dict[str, str] | None = None) -> bytes:
+           headers: dict[str, str] | None = None, files: Sequence[tuple[str, str, bytes]] = ()) -> bytes:
     """An RFC 822 message: ``body`` as text/plain (or multipart/alternative with ``html``, or
     HTML only when ``body`` is ""), in ``charset``, ``encoding`` "qp"/"base64" (default: the
-    charset's own)."""
+    charset's own); ``files`` (name, MIME type, bytes) follow as attachment parts in a
+    multipart/mixed whose disposition carries ``size=``."""
     def part(text: str, subtype: str) -> MIMEText:
         cs = email.charset.Charset(charset)
         if encoding:
@@ -84,6 +86,15 @@ def rfc822(sender: Address, to: Sequence[Address], subject: str, ts: datetime, b
         msg.attach(part(html, "html"))
     else:
         msg = part(html, "html") if html is not None else part(body, "plain")
+    if files:
+        mixed = MIMEMultipart("mixed")
+        mixed.attach(msg)
+        for name, mime, data in files:
+            att = MIMEApplication(data, mime.split("/", 1)[1])
+            att.replace_header("Content-Type", mime)
+            att.add_header("Content-Disposition", "attachment", filename=name, size=str(len(data)))
+            mixed.attach(att)
+        msg = mixed
     msg["From"] = formataddr(sender)
     msg["To"] = ", ".join(formataddr(a) for a in to)
     msg["Subject"] = subject
@@ -272,6 +283,9 @@ def _attribution(r: random.Random, sender: Address, ts: datetime, _text: str) ->
         hm=f"{ts:%H:%M}")
 
 
+MAIL_FILE = "Overstory reading guide.pdf"  # the attachment of the group thread's reply
+
+
 def _demo_threads(a: Address, b: Address, c: Address, stranger: Address, t: list[datetime]) -> list[MailRecord]:
     """The demo threads: 1 direct with ``a`` (base64, quoted-printable reply with a quote and a
     signature, an HTML reply), 2 direct with ``b`` in ISO-8859-9, 3 a group, 4 a mailing list,
@@ -302,7 +316,8 @@ def _demo_threads(a: Address, b: Address, c: Address, stranger: Address, t: list
                    rfc822(me, [a, b], "Book club: next pick", t[5], "Ideas for next month's book?"), cc=[c]),
         MailRecord(3, "INBOX", b, [me, a], "Book club: next pick", t[6],
                    rfc822(b, [me, a], "Re: Book club: next pick", t[6], "I vote for The Overstory.",
-                          html=group_html), cc=[c], reply=True, attachments=1),
+                          html=group_html, files=[(MAIL_FILE, "application/pdf", b"%PDF-1.4 demo " * 1000)]),
+                   cc=[c], reply=True, attachments=1),
         MailRecord(4, "INBOX", ("Neighborhood News", "news@lists.example.org"), [me], "Weekly digest", t[7],
                    rfc822(("Neighborhood News", "news@lists.example.org"), [me], "Weekly digest", t[7], news,
                           headers={"List-Id": "<news.lists.example.org>",

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from brb_pipeline.demo.chatdb_writer import ChatDbBuilder
+from brb_pipeline.sources.typedstream import encode_attributed_body
 
 URL_BALLOON = "com.apple.messages.URLBalloonProvider"
 CHATDB_DIR = "~/Library/Messages/Attachments"
@@ -25,6 +26,7 @@ SOURDOUGH_URL = "https://example.com/sourdough-starter-guide"
 SOURDOUGH_TITLE = "How to keep a sourdough starter alive"
 SOURDOUGH_SUMMARY = "Feed it flour and water every day and keep it warm."
 REPLY_TEXT = "yes, Saturday works for the ski trip"
+VOICE_TRANSCRIPT = "Mix two cups of flour with the starter and let it rest overnight"
 
 
 def url_payload(url: str, title: str, summary: str) -> bytes:
@@ -79,7 +81,9 @@ def write_rich_messages(b: ChatDbBuilder, root: Path, direct: tuple[int, int, da
                   files=[_file(root, 2, "IMG_4021.heic", "image/heic", "public.heic", 2_400_000, present=False)])
     b.add_message(chat, handle, None, ts=t[2],
                   files=[_file(root, 3, "sticker.png", "image/png", "public.png", 48_000, sticker=True)])
-    b.add_message(chat, handle, "\ufffc", ts=t[3], columns={"is_audio_message": 1},
+    b.add_message(chat, handle, "\ufffc", ts=t[3],
+                  columns={"is_audio_message": 1,
+                           "attributedBody": encode_attributed_body("\ufffc", transcription=VOICE_TRANSCRIPT)},
                   files=[_file(root, 4, "Audio Message.caf", None, "com.apple.coreaudio-format", 310_000)])
     b.add_message(chat, handle, SOURDOUGH_URL, ts=t[4],
                   columns={"balloon_bundle_id": URL_BALLOON,

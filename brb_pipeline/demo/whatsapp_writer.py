@@ -36,7 +36,7 @@ ENTITIES: tuple[tuple[int, str], ...] = (
 _ENT = {name: ent for ent, name in ENTITIES}
 
 SESSION_DIRECT, SESSION_GROUP, SESSION_STATUS = 0, 1, 3
-_MSG_TEXT, _MSG_IMAGE = 0, 1
+_MSG_TEXT = 0
 
 
 @dataclass
@@ -60,7 +60,11 @@ class WAMessageRecord:
     ts: datetime  # tz-aware UTC
     text: str | None
     stanza_id: str
-    media_path: str | None = None  # when set, a ZWAMEDIAITEM row (an image) is attached
+    media_path: str | None = None  # when set, a ZWAMEDIAITEM row is attached (ZMEDIALOCALPATH)
+    media_type: int = 1  # ZMESSAGETYPE of a media message: 1 image, 2 video, 3 audio, 8 document
+    media_bytes: int = 0  # ZFILESIZE
+    media_title: str | None = None  # ZTITLE: a caption, or a document's file name
+    media_seconds: int | None = None  # ZMOVIEDURATION (audio and video)
 
 
 def write_whatsapp(path: Path, chats: Sequence[WAChatRecord], messages: Sequence[WAMessageRecord]) -> None:
@@ -166,7 +170,7 @@ def _write_messages(conn: sqlite3.Connection, messages: Sequence[WAMessageRecord
                 _ENT["WAMessage"],
                 1 if m.from_me else 0,
                 8 if m.from_me else 0,
-                _MSG_IMAGE if media is not None else _MSG_TEXT,
+                m.media_type if media is not None else _MSG_TEXT,
                 sort,
                 spk,
                 gm,
@@ -181,8 +185,9 @@ def _write_messages(conn: sqlite3.Connection, messages: Sequence[WAMessageRecord
         )
         if media is not None:
             conn.execute(
-                "INSERT INTO ZWAMEDIAITEM (Z_PK, Z_ENT, Z_OPT, ZFILESIZE, ZMESSAGE, ZMEDIALOCALPATH) VALUES (?, ?, 1, 0, ?, ?)",
-                (media, _ENT["WAMediaItem"], sort, m.media_path),
+                "INSERT INTO ZWAMEDIAITEM (Z_PK, Z_ENT, Z_OPT, ZFILESIZE, ZMESSAGE, ZMEDIALOCALPATH, ZTITLE,"
+                " ZMOVIEDURATION) VALUES (?, ?, 1, ?, ?, ?, ?, ?)",
+                (media, _ENT["WAMediaItem"], m.media_bytes, sort, m.media_path, m.media_title, m.media_seconds),
             )
         counts[spk] = counts.get(spk, 0) + 1
         if spk not in last or date >= last[spk][0]:

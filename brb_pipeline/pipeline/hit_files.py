@@ -52,7 +52,9 @@ def hit_files(index: dict, chat_id: str, start: datetime | None, end: datetime |
             else:
                 item.update(name=e["name"], mime=e["mime"], bytes=e["bytes"], path=e["path"], exists=e["exists"])
                 if e.get("text"):
-                    item["transcription"] = e["text"]
+                    item["transcription" if e["kind"] == "voice" else "caption"] = e["text"]
+                if e["kind"] == "voice" and str(e.get("ref") or "").isdigit():
+                    item["seconds"] = int(e["ref"])
             found.append(item)
     return found
 

@@ -2,7 +2,10 @@
 
 Rules, in the order they are applied to each ``message`` row (read in ROWID order, in chunks):
 
-* ``associated_message_type`` 2000-2007 (add) / 3000-3007 (remove) rows are tapbacks: they are
+* ``associated_message_type`` 2000-2007 (add) / 3000-3007 (remove) rows are tapbacks (2006 an
+  emoji tapback with ``associated_message_emoji``, 2007 a sticker); a later kind (2008-2999,
+  3008-3999) is a reaction this reader does not know: never a message, counted
+  (``tapbacks_unknown``), never fatal. Tapbacks are
   never messages; they are folded onto their parent (``p:N/GUID`` or ``bp:GUID``) as the final
   state per (sender, kind) after removals. Tapbacks whose parent is not among the kept messages
   are counted (``tapbacks_orphaned``). They are read in a first pass (a small share of the rows),
@@ -56,6 +59,7 @@ from brb_pipeline.core.records import (
     MESSAGE_SCHEMA,
     ORPHAN_CHAT_ID,
     REACTION,
+    REACTION_KINDS,
     ReadResult,
     read_all,
 )
@@ -107,6 +111,7 @@ STAT_KEYS = (
     "messages",
     "tapbacks_folded",
     "tapbacks_orphaned",
+    "tapbacks_unknown",
     "orphans",
     "unknown_handle",
     "from_attributed_body",
@@ -247,7 +252,7 @@ class IMessageStream(BlockReader):
         # Rare per-row facts folded into one integer so the common row costs few Python objects:
         # 1 tapback, 2 edited, 4 retracted, 8 non-text item (rename, member change...).
         atype = f"COALESCE({opt['associated_message_type']}, 0)"
-        tap_where = f"({atype} BETWEEN 2000 AND 2007 OR {atype} BETWEEN 3000 AND 3007)"
+        tap_where = f"({atype} BETWEEN 2000 AND 3999)"  # kinds past 2007/3007: counted in _fold_state
         self._extras = ExtrasReader(conn, self.attachments_dir, self.handles)
         flags = (  # 16: a reply, link preview or voice message; with 8, read again by ROWID
             f"({tap_where}) + 2 * (COALESCE({opt['date_edited']}, 0) != 0) "
@@ -285,6 +290,7 @@ class IMessageStream(BlockReader):
         prefix = f"{CHANNEL}:"
         state: dict[tuple, tuple] = {}
         self._tap_rows: dict[str | None, int] = {}
+        n_kinds = len(REACTION_KINDS)
         for atype, aguid, emoji, hid, date, me, chat_rid in rows:
             if me:
                 sender = None
@@ -292,12 +298,15 @@ class IMessageStream(BlockReader):
                 sender = self.handles.get(hid)
                 if sender is None and chat_rid is not None:
                     sender = self.sole.get(chat_rid)
+            k = atype % 1000
+            if k >= n_kinds:  # a reaction kind newer than this reader: never a message, counted
+                self.stats["tapbacks_unknown"] += 1
+                continue
             pguid = parent_guid(aguid)
             pid = prefix + pguid if pguid else None
             self._tap_rows[pid] = self._tap_rows.get(pid, 0) + 1
             if pid is None:
                 continue
-            k = atype % 1000
             key = (pid, bool(me), sender, k)
             state.pop(key, None)  # removed, or re-inserted so dict order follows the latest add
             if atype < 3000:
@@ -496,6 +505,7 @@ class IMessageStream(BlockReader):
         chats = self.chats if stats["orphans"] else self.chats.head(self.chats.height - 1)  # the bucket is last
         warnings = stat_warnings(stats, {
             "tapbacks_orphaned": "iMessage - {n:,} tapbacks whose parent message is missing",
+            "tapbacks_unknown": "iMessage - {n:,} reactions of a kind newer than this reader (associated_message_type past 2007/3007) were not folded",
             "orphans": f"iMessage - {{n:,}} messages with no chat, kept under {ORPHAN}",
             "unknown_handle": "iMessage - {n:,} messages from a handle that no longer exists",
             "undecodable": "iMessage - {n:,} attributedBody blobs yielded no text",

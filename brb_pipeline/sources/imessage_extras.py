@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from brb_pipeline.sources.sqlite_ro import table_columns
-from brb_pipeline.sources.typedstream import decode_attributed_body
+from brb_pipeline.sources.typedstream import audio_transcription, decode_attributed_body
 
 URL_BALLOON = "com.apple.messages.URLBalloonProvider"
 AUDIO_UTI = "com.apple.coreaudio-format"
@@ -45,6 +45,7 @@ STAT_KEYS = (
     "replies_unresolved",
     "group_events",
     "voice_messages",
+    "voice_transcriptions",
 )
 
 _MESSAGE_OPTIONAL = {
@@ -171,10 +172,12 @@ class ExtrasReader:
             f"({m['thread_originator_guid']} IS NOT NULL "
             f"OR COALESCE({m['balloon_bundle_id']} = '{URL_BALLOON}', 0) OR COALESCE({m['is_audio_message']}, 0) != 0)"
         )
+        voice_body = (f"CASE WHEN COALESCE({m['is_audio_message']}, 0) != 0 THEN m.attributedBody END"
+                      if "attributedBody" in mcols else "NULL")
         self._msg_sql = (
             f"SELECT m.ROWID, {m['thread_originator_guid']}, {m['item_type']}, {m['group_action_type']}, "
-            f"{m['other_handle']}, {m['group_title']}, {m['balloon_bundle_id']}, {payload}, {m['is_audio_message']} "
-            f"FROM message m WHERE m.ROWID IN ({{}})"
+            f"{m['other_handle']}, {m['group_title']}, {m['balloon_bundle_id']}, {payload}, {m['is_audio_message']}, "
+            f"{voice_body} FROM message m WHERE m.ROWID IN ({{}})"
         )
         acols = table_columns(conn, "attachment")
         self._att_sql = None
@@ -206,11 +209,11 @@ class ExtrasReader:
             ``(entries per ROWID (a reply first), the ROWIDs of voice messages)``.
         """
         out: dict[int, list[dict]] = {}
-        audio_rows: set[int] = set()
+        audio_rows: dict[int, str | None] = {}  # voice message ROWID -> Apple's transcription
         replies: list[tuple[int, str]] = []
         # ROWIDs are integers from the database, so they are written into the SQL as such.
         rows = conn.execute(self._msg_sql.format(",".join(str(int(r)) for r in flagged))) if flagged else ()
-        for rid, origin, itype, action, other, title, balloon, payload, audio in rows:
+        for rid, origin, itype, action, other, title, balloon, payload, audio, voice_body in rows:
             event = group_event(int(itype or 0), int(action or 0), title)
             if event is not None:
                 self.stats["group_events"] += 1
@@ -225,7 +228,8 @@ class ExtrasReader:
                     out.setdefault(rid, []).append(
                         _entry("link", ref=preview[0], name=preview[1], text=preview[2]))
             if audio:
-                audio_rows.add(rid)
+                audio_rows[rid] = audio_transcription(voice_body)
+                self.stats["voice_transcriptions"] += audio_rows[rid] is not None
             if origin:
                 replies.append((rid, origin))
         if replies:
@@ -241,7 +245,8 @@ class ExtrasReader:
                 self.stats["voice_messages"] += kind == "voice"
                 name = tname or (Path(filename).name if filename else None)
                 out.setdefault(rid, []).append(_entry(kind, name=name, mime=mime or uti, size=int(size or 0),
-                                                      path=path, exists=exists))
+                                                      path=path, exists=exists,
+                                                      text=audio_rows.get(rid) if kind == "voice" else None))
         return out, audio_rows
 
     def _replies(self, conn: sqlite3.Connection, replies: list[tuple[int, str]], out: dict[int, list[dict]]) -> None:

@@ -275,7 +275,7 @@ class MailStream(BlockReader):
         original = not (prefix or "").strip()
         subject_text = (subject or "").strip() if original else ""
         text = "\n\n".join(t for t in (subject_text, body.text) if t) or None
-        if text is None and not n_att:
+        if text is None and not n_att and not body.files:
             st["empty_skipped"] += 1
             return None
         for key, hit in (("charset_replaced", body.replaced), ("html_bodies", body.html),
@@ -287,7 +287,8 @@ class MailStream(BlockReader):
         mine = mailbox in self.sent or sender in self.owner
         self.threads_read.add(f"{CHANNEL}:{thread}")
         return (CHANNEL, f"{CHANNEL}:{gid}", rowid, f"{CHANNEL}:{thread}", None if mine else sender, mine, ts,
-                text, "text" if text else "none", False, False, int(n_att or 0), [], [])
+                text, "text" if text else "none", False, False, max(int(n_att or 0), len(body.files)), [],
+                _file_extras(body.files))
 
     def _body(self, rowid: int) -> Body:
         path = self.bodies.get(rowid)
@@ -315,6 +316,13 @@ class MailStream(BlockReader):
         log.info("Mail - %d messages in %d threads (%d list/automated, %d duplicate copies skipped)",
                  st["messages_read"], st["chats"], st["list_excluded"], st["duplicate_copies"])
         return chats, warnings
+
+
+def _file_extras(files: list) -> list[dict]:
+    """EXTRA entries for a body's attachment parts (names and types only; no path: Mail keeps
+    the files inside its own store)."""
+    return [{"kind": "file", "name": name, "mime": mime, "bytes": size, "path": None, "exists": None,
+             "text": None, "ref": None} for name, mime, size in files]
 
 
 def _is_sent(url: object) -> bool:

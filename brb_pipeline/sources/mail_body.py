@@ -15,11 +15,12 @@ Nothing here logs or returns text other than the decoded body itself.
 from __future__ import annotations
 
 import email
+import email.header
 import email.policy
 import html
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from email.message import Message
 from html.parser import HTMLParser
 from pathlib import Path
@@ -81,6 +82,9 @@ class Body:
         html: the text came from an HTML part.
         quote_cut, signature_cut: a quoted reply / a signature was removed.
         quote_kept: cutting the quote would have left nothing, so the text was kept whole.
+        files: the attachment parts as ``(file name, MIME type, size or None)``: read from the
+            part headers (``Content-Disposition``'s ``filename``/``size``, ``Content-Type``'s
+            ``name``), never from the part's bytes.
     """
 
     text: str | None = None
@@ -91,6 +95,7 @@ class Body:
     quote_cut: bool = False
     signature_cut: bool = False
     quote_kept: bool = False
+    files: list = field(default_factory=list)
 
 
 def is_noreply(address: str | None) -> bool:
@@ -136,7 +141,7 @@ def decode_message(raw: bytes) -> Body:
         return Body(broken=True)
     if not msg.keys():
         return Body(broken=True)
-    body = Body(automated=is_automated(msg))
+    body = Body(automated=is_automated(msg), files=attachment_parts(msg))
     part, is_html = _text_part(msg)
     if part is None:
         return body
@@ -161,6 +166,33 @@ def is_automated(msg: Message) -> bool:
         return True
     auto = str(msg.get("Auto-Submitted", "")).strip().lower()
     return bool(auto) and auto != "no"
+
+
+def attachment_parts(msg: Message) -> list[tuple[str, str, int | None]]:
+    """``(name, MIME type, size)`` of each attachment part, from its headers only (RFC 2183's
+    ``size`` parameter when the sender wrote one, else None); parts without a name are left out."""
+    out = []
+    for part in msg.walk():
+        if part.is_multipart() or not (part.get_content_disposition() == "attachment" or part.get_filename()):
+            continue
+        name = _header_words(part.get_filename())
+        if not name:
+            continue
+        size = part.get_param("size", header="content-disposition")
+        size_n = int(size) if isinstance(size, str) and size.strip().isdigit() else None
+        out.append((name, part.get_content_type(), size_n))
+    return out
+
+
+def _header_words(value: object) -> str | None:
+    """A header value with RFC 2047 encoded words decoded (``=?utf-8?q?...?=``); None when empty."""
+    if not value:
+        return None
+    try:
+        text = str(email.header.make_header(email.header.decode_header(str(value))))
+    except Exception:  # a malformed encoded word: keep what was written
+        text = str(value)
+    return text.strip() or None
 
 
 def _text_part(msg: Message) -> tuple[Message | None, bool]:

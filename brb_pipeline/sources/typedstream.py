@@ -98,7 +98,7 @@ class _Writer:
         self.out += data
 
 
-def encode_attributed_body(text: str, *, mutable: bool = False) -> bytes:
+def encode_attributed_body(text: str, *, mutable: bool = False, transcription: str | None = None) -> bytes:
     """Archive ``text`` the way Messages stores a plain iMessage in ``message.attributedBody``.
 
     Layout: an ``NSAttributedString`` (``NSMutableAttributedString`` if ``mutable``) whose string
@@ -108,6 +108,8 @@ def encode_attributed_body(text: str, *, mutable: bool = False) -> bytes:
     Args:
         text: the message text; any Unicode, including U+FFFC attachment placeholders.
         mutable: write the mutable class variants (also seen in real chat.db files).
+        transcription: for a voice message, a second pair in the run's dictionary:
+            ``"IMAudioTranscription"`` -> NSString, as Messages writes Apple's transcription.
 
     Returns:
         The typedstream bytes, starting ``04 0b "streamtyped" 81 e8 03``.
@@ -135,7 +137,7 @@ def encode_attributed_body(text: str, *, mutable: bool = False) -> bytes:
         w.shared_string(b"@")
         w.begin_object([(b"NSDictionary", 0), obj])
         w.shared_string(b"i")
-        w.out += _int_bytes(1)  # one key/value pair
+        w.out += _int_bytes(2 if transcription is not None else 1)  # key/value pairs
         w.shared_string(b"@")
         w.begin_object(str_chain)  # key: NSString (class chain now a back-reference)
         w.plus_string(_MESSAGE_PART_KEY.encode("ascii"))
@@ -150,9 +152,41 @@ def encode_attributed_body(text: str, *, mutable: bool = False) -> bytes:
         w.shared_string(b"i")
         w.out += _int_bytes(0)
         w.end_object()
+        for word in ((TRANSCRIPTION_KEY, transcription) if transcription is not None else ()):
+            w.shared_string(b"@")
+            w.begin_object(str_chain)
+            w.plus_string(word.encode("utf-8"))
+            w.end_object()
         w.end_object()
     w.end_object()
     return bytes(w.out)
+
+
+TRANSCRIPTION_KEY = "IMAudioTranscription"
+
+
+def audio_transcription(blob: bytes | None) -> str | None:
+    """Apple's transcription of a voice message: the NSString under ``IMAudioTranscription`` in
+    one of the ``attributedBody``'s attribute dictionaries; None when there is none or the blob
+    does not parse. Only called for voice-message rows (few), so the whole stream is read."""
+    if not blob:
+        return None
+    ps = Parser(bytes(blob))
+    try:
+        ps.header()
+        while ps.p < ps.n:
+            ps.group(ps.head(), [], 1, None)
+    except (InvalidStream, IndexError, ValueError, struct.error, RecursionError):
+        pass  # whatever was read before the stream broke off is searched
+    for o in ps.objects:
+        if not (isinstance(o, StreamObject) and o.cls is not None and o.cls.is_kind_of(b"NSDictionary")):
+            continue
+        vals = o.values
+        for i in range(len(vals) - 1):
+            if _string_text(vals[i]) == TRANSCRIPTION_KEY:
+                text = " ".join((_string_text(vals[i + 1]) or "").split())
+                return text or None
+    return None
 
 
 # --------------------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ import polars as pl
 from brb_pipeline.core.records.handles import normalize_handle
 from brb_pipeline.core.records import CHAT_SCHEMA, EXTRA, MESSAGE_SCHEMA, ORPHAN_CHAT_ID, REACTION, ReadResult, read_all
 from brb_pipeline.sources.sqlite_ro import BlockReader, closed_on_error, open_readonly, stat_warnings
+from brb_pipeline.sources.whatsapp_media import media_extra, media_select
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +54,10 @@ REQUIRED = {
 
 _MESSAGES_SQL = """
 SELECT m.Z_PK, m.ZSTANZAID, m.ZCHATSESSION, m.ZISFROMME, m.ZFROMJID, gm.ZMEMBERJID,
-       m.ZMESSAGEDATE, m.ZTEXT, m.ZMEDIAITEM, m.ZMESSAGETYPE
+       m.ZMESSAGEDATE, m.ZTEXT, m.ZMEDIAITEM, m.ZMESSAGETYPE{media_columns}
 FROM ZWAMESSAGE AS m
 LEFT JOIN ZWAGROUPMEMBER AS gm ON gm.Z_PK = m.ZGROUPMEMBER
+{media_join}
 ORDER BY m.Z_PK
 """
 
@@ -152,6 +154,8 @@ class WhatsAppStream(BlockReader):
             self.chats, self.info = _chats(sessions, members, self.region, self.stats)
             rows = conn.execute(_DUPLICATE_CANDIDATES_SQL, {"ws": _WHITESPACE})
             self.repeatable = {v for (raw,) in rows if (v := _str(raw)) is not None}
+            columns, join = media_select(conn)
+            self.sql = _MESSAGES_SQL.format(media_columns=columns, media_join=join)
         return self
 
     def blocks(self) -> Iterator[pl.DataFrame]:
@@ -164,7 +168,7 @@ class WhatsAppStream(BlockReader):
             CancelledError, DatabaseLockedError (and the other source errors) between chunks.
         """
         return self._fetch_blocks(
-            _MESSAGES_SQL, WHAT, "WhatsApp - read cancelled after {done:,} of {total:,} rows",
+            self.sql, WHAT, "WhatsApp - read cancelled after {done:,} of {total:,} rows",
             lambda rows: _normalize(_frame(rows), self.info, self))
 
     def _summary(self) -> tuple[pl.DataFrame, list[str]]:
@@ -233,6 +237,7 @@ def _chats(
 _RAW = {
     "pk": pl.Int64, "stanza": pl.Utf8, "session": pl.Int64, "from_me": pl.Int64, "from_jid": pl.Utf8,
     "member_jid": pl.Utf8, "date": pl.Float64, "text": pl.Utf8, "media": pl.Int64, "mtype": pl.Int64,
+    "m_path": pl.Utf8, "m_size": pl.Int64, "m_title": pl.Utf8, "m_secs": pl.Int64,
 }
 
 
@@ -291,11 +296,18 @@ def _normalize(raw: pl.DataFrame, info: pl.DataFrame, state: WhatsAppStream) -> 
         pl.lit(False).alias("edited"),
         has_media.cast(pl.Int32).alias("attachments"),
         pl.lit([], dtype=pl.List(REACTION)).alias("reactions"),
-        pl.lit([], dtype=pl.List(EXTRA)).alias("extras"),
+        _extras(df).alias("extras"),
     )
     stats["attachments"] += int(out.get_column("attachments").sum() or 0)
     stats["messages_read"] += out.height
     return out.cast(dict(MESSAGE_SCHEMA)).select(list(MESSAGE_SCHEMA.names()))
+
+
+def _extras(df: pl.DataFrame) -> pl.Series:
+    """Each kept message's media extras (null without a media row); counts nothing."""
+    cols = [df.get_column(c).to_list() for c in ("media", "mtype", "m_path", "m_size", "m_title", "m_secs")]
+    values = [media_extra(t, p, n, ti, s) if m is not None else None for m, t, p, n, ti, s in zip(*cols)]
+    return pl.Series("extras", values, dtype=pl.List(EXTRA))
 
 
 def _drop_skipped(df: pl.DataFrame, stats: dict[str, int]) -> pl.DataFrame:

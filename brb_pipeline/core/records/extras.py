@@ -1,7 +1,8 @@
 """How a message's extras (:data:`brb_pipeline.core.records.EXTRA`) read in a passage.
 
-``[attachment: report.pdf, PDF, 1.2 MB]``, ``[sticker]``, ``[voice message]`` (or its
-transcription), ``[link: title — summary]``, a reply's ``↪ replying to Sam: "first words"``
+``[attachment: report.pdf, PDF, 1.2 MB]`` (``— caption`` inside when the sender wrote one),
+``[sticker]``, ``[voice message]`` (its transcription, or ``[voice message, 0:42]`` when the
+entry's ``ref`` holds its length in whole seconds), ``[link: title — summary]``, a reply's ``↪ replying to Sam: "first words"``
 before the text, and a group event as the whole line: ``Sam renamed the group to Ski trip``.
 Names and kinds are plain words in the passage, so lexical search (BM25) finds a file by its
 name ("report") and its kind ("PDF"). Paths never go into a passage.
@@ -59,10 +60,16 @@ def _tag(e: Mapping) -> str:
     if kind == "sticker":
         return "[sticker]"
     if kind == "voice":
-        return f"[voice message: {e['text']}]" if e.get("text") else "[voice message]"
+        if e.get("text"):
+            return f"[voice message: {e['text']}]"
+        secs = e.get("ref")
+        if secs and str(secs).isdigit():
+            return f"[voice message, {int(secs) // 60}:{int(secs) % 60:02d}]"
+        return "[voice message]"
     parts = [p for p in (e.get("name") or "file", kind_word(e.get("mime"), e.get("name")),
                          human_size(e.get("bytes"))) if p]
-    return "[attachment: " + ", ".join(parts) + "]"
+    caption = f" — {e['text']}" if e.get("text") else ""
+    return "[attachment: " + ", ".join(parts) + caption + "]"
 
 
 def render_extras(text: str | None, extras: list | None, names: Mapping[str, str]) -> tuple[str | None, bool, int]:
