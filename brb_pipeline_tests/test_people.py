@@ -366,10 +366,11 @@ def test_conversation_lines_name_each_sender_as_passages_do():
     from brb_pipeline.core.records import MESSAGE_SCHEMA
     import polars as pl
 
-    rows = [("imessage", "m2", 2, "c", None, True, T0 + timedelta(minutes=1), "sure", "text", False, False, 0, []),
-            ("imessage", "m1", 1, "c", "+1", False, T0, "lunch?", "text", False, False, 1, []),
+    # the last column is the message's extras (issue 31): none here
+    rows = [("imessage", "m2", 2, "c", None, True, T0 + timedelta(minutes=1), "sure", "text", False, False, 0, [], None),
+            ("imessage", "m1", 1, "c", "+1", False, T0, "lunch?", "text", False, False, 1, [], None),
             ("imessage", "m3", 3, "c", "+9", False, T0 + timedelta(minutes=2), "who is this", "text", False, False, 0,
-             [])]
+             [], None)]
     msgs = pl.DataFrame(rows, schema=MESSAGE_SCHEMA, orient="row")
     got = conversation_lines(msgs, {"+1": "Ann Lee"}, tz=ZoneInfo("UTC"))
     assert [(x["message_id"], x["sender"], x["sender_handle"], x["text"]) for x in got] == [

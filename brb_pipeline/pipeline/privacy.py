@@ -263,6 +263,8 @@ def _filter_parquet(path: Path, keep: pl.Expr, handles: list[str] | None = None,
                 pl.element().filter(~sender.fill_null("").is_in(handles))))
         if "participants" in kept.columns:
             kept = kept.with_columns(pl.col("participants").list.eval(pl.element().filter(~pl.element().is_in(handles))))
+        if "extras" in kept.columns:  # a group event naming them, a reply quoting them: the entry goes
+            kept = kept.with_columns(pl.col("extras").list.eval(pl.element().filter(~_names_any(handles))))
         changed = not kept.equals(before)
     else:
         changed = False
@@ -273,6 +275,17 @@ def _filter_parquet(path: Path, keep: pl.Expr, handles: list[str] | None = None,
         else:
             paths.atomic_write_parquet(kept, path)
     return dropped
+
+
+def _names_any(handles: list[str]) -> pl.Expr:
+    """An ``extras`` entry (:data:`brb_pipeline.core.records.EXTRA`) whose name, ref or text holds
+    one of ``handles``."""
+    hit = pl.lit(False)
+    for field in ("name", "ref", "text"):
+        value = pl.element().struct.field(field).fill_null("")
+        for h in handles:
+            hit = hit | value.str.contains(h, literal=True)
+    return hit
 
 
 def _scrub_other_parquet(s: Settings, values: set[str]) -> int:
