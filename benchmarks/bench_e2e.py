@@ -61,12 +61,12 @@ from brb_pipeline.core import metadata  # noqa: E402
 from brb_pipeline.core.crypto import files  # noqa: E402
 from brb_pipeline.core.store import duck
 from brb_pipeline.core.progress import STAGES, Progress  # noqa: E402
-from brb_pipeline.pipeline import embed as embed_stage  # noqa: E402
-from brb_pipeline.pipeline import ingest as ingest_stage  # noqa: E402
-from brb_pipeline.pipeline import insights as insights_stage  # noqa: E402
-from brb_pipeline.pipeline import paths  # noqa: E402
-from brb_pipeline.pipeline import store as store_stage  # noqa: E402
-from brb_pipeline.settings import DEFAULT_MODEL, Settings  # noqa: E402
+from brb_pipeline.stages import embed as embed_stage  # noqa: E402
+from brb_pipeline.stages import ingest as ingest_stage  # noqa: E402
+from brb_pipeline.stages import insights as insights_stage  # noqa: E402
+from brb_pipeline.config import home as paths  # noqa: E402
+from brb_pipeline.stages import store as store_stage  # noqa: E402
+from brb_pipeline.config.settings import DEFAULT_MODEL, Settings  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 FULL_CORPUS = 258_145
@@ -256,7 +256,7 @@ def measured_ingest(s: Settings, embedder: Any, *, analyze: bool = True) -> dict
         ``working_set_mb``: the most RSS grew within one call of a stage function), ``functions``,
         ``embedded_texts``, ``embed_calls``, ``start_rss_mb``.
     """
-    from brb_pipeline.runner import run_ingest
+    from brb_pipeline.orchestration.runner import run_ingest
 
     counting = CountingEmbedder(embedder)
     rec = Recorder()
@@ -394,14 +394,14 @@ def pct(xs: list[float], q: float) -> float | None:
 def search_latency(s: Settings, embedder: Any, n: int, seed: int, cold: int = 10) -> dict[str, Any]:
     """Hybrid search latency over ``n`` seeded corpus phrases, warm and cold.
 
-    Warm: one :class:`~brb_pipeline.pipeline.query.Searcher` (the store opened once, as ``brb
+    Warm: one :class:`~brb_pipeline.search.query.Searcher` (the store opened once, as ``brb
     search -`` and any long-lived caller use it), one warm-up query not counted. ``p50_ms`` is the
     whole call (routing, query embedding, vector + BM25 search, fusion, hit assembly);
     ``engine_p50_ms`` the search alone on the open store (``timings_ms["total"]``, query
     embedding excluded). Cold: ``cold`` one-shot ``run_search`` calls, each opening the store as
     ``brb search "QUERY"`` does (extensions, ATTACH, first reads of the HNSW graph and BM25 tables).
     """
-    from brb_pipeline.pipeline.query import Searcher, run_search
+    from brb_pipeline.search.query import Searcher, run_search
 
     queries = make_queries(s, n + 1 + cold, seed)
     if not queries:

@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from brb_pipeline.core import metadata  # noqa: E402
 from brb_pipeline.demo.generate import build_demo_archive  # noqa: E402
-from brb_pipeline.settings import Settings  # noqa: E402
+from brb_pipeline.config.settings import Settings  # noqa: E402
 from brb_pipeline_tests.bytescan import scan  # noqa: E402
 
 
@@ -47,7 +47,7 @@ def _settings(home: Path, archive, model: str, encrypted: bool) -> Settings:
 
 
 def _ingest(s: Settings) -> dict[str, Any]:
-    from brb_pipeline.runner import run_ingest
+    from brb_pipeline.orchestration.runner import run_ingest
 
     shutil.rmtree(s.home, ignore_errors=True)
     t0 = time.perf_counter()
@@ -59,7 +59,7 @@ def _ingest(s: Settings) -> dict[str, Any]:
 def _search(s: Settings, queries: list[str]) -> dict[str, float]:
     """Hybrid search on an open store: the search alone (``log=False``), and as ``brb search``
     runs it, with its entry appended to the search log in brb.db; then the one-shot path."""
-    from brb_pipeline.pipeline.query import Searcher, run_search_cold
+    from brb_pipeline.search.query import Searcher, run_search_cold
 
     out: dict[str, float] = {}
     with Searcher.open(s) as searcher:
@@ -83,7 +83,7 @@ def _search(s: Settings, queries: list[str]) -> dict[str, float]:
 
 
 def _reindex(s: Settings) -> float:
-    from brb_pipeline.pipeline.store import run_reindex
+    from brb_pipeline.stages.store import run_reindex
 
     t = time.perf_counter()
     run_reindex(s)

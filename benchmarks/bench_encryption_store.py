@@ -44,8 +44,8 @@ from brb_pipeline.core.search.hybrid import search  # noqa: E402
 from brb_pipeline.core.search.resident import Resident  # noqa: E402
 from brb_pipeline.core.store import chunks as store  # noqa: E402
 from brb_pipeline.core.store import duck, index  # noqa: E402
-from brb_pipeline.pipeline import keys  # noqa: E402
-from brb_pipeline.settings import Settings  # noqa: E402
+from brb_pipeline.keys import provider as keys  # noqa: E402
+from brb_pipeline.config.settings import Settings  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)

@@ -43,8 +43,8 @@ from brb_pipeline.core.insights.labels import (  # noqa: E402
     normalize_case,
     representatives,
 )
-from brb_pipeline.pipeline.insights_io import load_store_with_model  # noqa: E402
-from brb_pipeline.settings import Settings  # noqa: E402
+from brb_pipeline.stages.insights_io import load_store_with_model  # noqa: E402
+from brb_pipeline.config.settings import Settings  # noqa: E402
 
 # The brief's filler words plus a few more; fixed here so the count does not move with
 # labels.CHAT_FILLER.

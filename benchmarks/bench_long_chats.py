@@ -45,7 +45,7 @@ import long_chats as lc  # noqa: E402
 from bench_retrieval import bootstrap_ci  # noqa: E402
 
 from brb_pipeline.core.search.fusion import Span, merge_lines, merge_overlapping, rrf_fuse  # noqa: E402
-from brb_pipeline.settings import Settings  # noqa: E402
+from brb_pipeline.config.settings import Settings  # noqa: E402
 
 log = logging.getLogger("brb.bench")
 K, DEPTH = 10, 50
@@ -173,7 +173,7 @@ def tuning_variants() -> dict[str, dict[str, Any]]:
 def evaluate(half: str, work: Path, reuse: bool, variants: dict[str, dict[str, Any]], boot: int,
              peers: bool = True) -> tuple[dict[str, Any], dict[str, list]]:
     """Every system over both conversations' questions of ``half``."""
-    from brb_pipeline.pipeline.query import Searcher
+    from brb_pipeline.search.query import Searcher
 
     found: dict[str, list] = {}
     timing: dict[str, float] = {}

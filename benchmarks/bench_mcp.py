@@ -48,7 +48,8 @@ def pct(xs: list[float]) -> dict:
 
 def make_queries(home: Path, n: int, seed: int) -> list[dict]:
     """``search`` arguments drawn from the home's stored chunks."""
-    import brb_pipeline.pipeline  # noqa: F401  (the key provider: an encrypted home's store opens)
+    from brb_pipeline import keys as _keys
+    _keys.install()  # an encrypted home's files open with its key
     from brb_pipeline.core.store import duck
 
     rng = np.random.default_rng(seed)
@@ -116,9 +117,10 @@ async def _first_answer(home: Path, env: dict, query: dict) -> dict:
 def in_process(home: Path, env: dict, queries: list[dict]) -> dict:
     """The same calls without the protocol: ``Home.call`` in this process."""
     os.environ.update(env)
-    import brb_pipeline.pipeline  # noqa: F401  (the key provider)
+    from brb_pipeline import keys as _keys
+    _keys.install()  # an encrypted home's files open with its key
     from brb_pipeline.assistant.tools import Home
-    from brb_pipeline.settings import Settings
+    from brb_pipeline.config.settings import Settings
 
     t0 = time.perf_counter()
     h = Home.open(Settings.load(home))
@@ -141,7 +143,7 @@ def in_process(home: Path, env: dict, queries: list[dict]) -> dict:
 def real_query_embedding(home: Path, queries: list[dict], model: str | None) -> dict:
     """The default (or named) real model's query embedding alone, per query."""
     from brb_pipeline.core.embedding.models import load_embedder
-    from brb_pipeline.settings import DEFAULT_MODEL, Settings
+    from brb_pipeline.config.settings import DEFAULT_MODEL, Settings
 
     s = Settings.load(home, embedding_model=model or DEFAULT_MODEL)
     emb = load_embedder(s)

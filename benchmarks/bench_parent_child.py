@@ -41,7 +41,7 @@ for p in (ROOT, ROOT / "benchmarks"):
 from bench_retrieval import (CHAT_ORDER, KINDS, QUESTIONS_DIR, chunk_members, load_questions, quality,  # noqa: E402
                              relevant_chunks, resolve_targets)
 
-from brb_pipeline.settings import Settings  # noqa: E402
+from brb_pipeline.config.settings import Settings  # noqa: E402
 
 
 def child_units(messages: pl.DataFrame, names: Mapping[str, str], window: int, stride: int, gap_s: int
@@ -99,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from brb_pipeline.core.store import duck
     from brb_pipeline.core.embedding.models import load_embedder
     from brb_pipeline.core.contacts.routing import route_query
-    from brb_pipeline.pipeline.query import contact_refs
+    from brb_pipeline.search.query import contact_refs
 
     s = Settings.load(args.home)
     embedder = load_embedder(s)

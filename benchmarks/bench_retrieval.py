@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from brb_pipeline.settings import Settings  # noqa: E402
+from brb_pipeline.config.settings import Settings  # noqa: E402
 
 log = logging.getLogger("brb.bench")
 
@@ -275,7 +275,7 @@ class CachedEmbedder:
 def variants(s: Settings) -> list[tuple[str, dict[str, Any]]]:
     """(name, Searcher.search options): the default and one change each from it."""
     from brb_pipeline.core.search.fusion import Fusion
-    from brb_pipeline.pipeline.query import fusion_of
+    from brb_pipeline.search.query import fusion_of
 
     d = fusion_of(s)
     rrf = lambda w, sw=None: Fusion("rrf", w, sw, d.rare_df_share, d.rrf_k)  # noqa: E731
@@ -387,7 +387,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     from brb_pipeline.core.embedding.models import load_embedder
-    from brb_pipeline.pipeline.query import Searcher
+    from brb_pipeline.search.query import Searcher
 
     qpath = args.questions or QUESTIONS_DIR / f"retrieval_{args.half}.json"
     doc = load_questions(qpath)

@@ -39,7 +39,7 @@ from brb_pipeline.core.store import index
 from brb_pipeline.core.store import chunks as store
 from brb_pipeline.core.search.hybrid import search, vector_sql  # noqa: E402
 from brb_pipeline.core.search.resident import Resident  # noqa: E402
-from brb_pipeline.settings import Settings  # noqa: E402
+from brb_pipeline.config.settings import Settings  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 EF_DEFAULT = Settings.hnsw_ef_search  # what a search session uses

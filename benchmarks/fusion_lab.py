@@ -27,7 +27,7 @@ from bench_long_chats import Windows, judge  # noqa: E402
 
 import brb_pipeline.core.search.hybrid as hybrid  # noqa: E402
 from brb_pipeline.core.search import fusion as F  # noqa: E402
-from brb_pipeline.settings import Settings  # noqa: E402
+from brb_pipeline.config.settings import Settings  # noqa: E402
 
 _CAUGHT: list = []
 _real_fuse = hybrid._fuse
@@ -40,7 +40,7 @@ def _spy(mode, vec, lex, fusion, specific, coverage=None):  # noqa: ANN001, ANN2
 
 def capture(home: Path, questions: list[tuple[str, str, list[str], str]]) -> list[dict]:
     """questions: (half, category, evidence texts, text) -> records with both lists."""
-    from brb_pipeline.pipeline.query import Searcher
+    from brb_pipeline.search.query import Searcher
 
     hybrid._fuse = _spy
     out = []

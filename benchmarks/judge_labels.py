@@ -48,7 +48,7 @@ from brb_pipeline.core.insights.labels import (  # noqa: E402
     name_tokens,
     normalize_case,
 )
-from brb_pipeline.settings import Settings  # noqa: E402
+from brb_pipeline.config.settings import Settings  # noqa: E402
 
 FROZEN = Path(__file__).resolve().parent / "questions" / "labels_frozen.json"
 

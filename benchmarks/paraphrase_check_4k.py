@@ -14,9 +14,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from brb_pipeline.core.search.fusion import Fusion
-from brb_pipeline.pipeline.query import Searcher
-from brb_pipeline.settings import Settings
-import brb_pipeline.pipeline  # noqa: F401
+from brb_pipeline.search.query import Searcher
+from brb_pipeline.config.settings import Settings
+from brb_pipeline import keys as _keys
+_keys.install()  # an encrypted home's files open with its key
 
 from paraphrase_check_4k_q import Q  # noqa: E402
 

@@ -15,6 +15,10 @@ from datetime import UTC, datetime
 
 import pytest
 
+from brb_pipeline import keys
+
+keys.install()  # the test session is an entry point: encrypted homes' files open with their key
+
 from brb_pipeline.demo.chatdb_writer import ChatDbBuilder
 
 T0 = datetime(2024, 3, 1, 12, 0, 0, tzinfo=UTC)

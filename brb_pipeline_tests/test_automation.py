@@ -3,7 +3,7 @@ source sensor watches Mail's index only when Mail is on."""
 
 import dagster as dg
 
-from brb_pipeline.definitions import defs
+from brb_pipeline.orchestration.definitions import defs
 
 
 def test_sensors_and_schedules_are_off_by_default():
@@ -16,7 +16,7 @@ def test_sensors_and_schedules_are_off_by_default():
 
 
 def _source_sensor(s, monkeypatch, cursor=None):
-    from brb_pipeline.definitions import defs
+    from brb_pipeline.orchestration.definitions import defs
 
     s.save()
     monkeypatch.setenv("BRB_HOME", str(s.home))
@@ -35,7 +35,7 @@ def _new_mail(index) -> None:
 
 def test_source_sensor_watches_mail_only_when_it_is_on(tmp_path, monkeypatch, make_chatdb):
     from brb_pipeline.demo.mail_writer import OWNER, MailRecord, rfc822, write_mail_store
-    from brb_pipeline.settings import Settings
+    from brb_pipeline.config.settings import Settings
 
     from .conftest import T0
 

@@ -16,7 +16,7 @@ import bench_e2e  # noqa: E402
 
 from brb_pipeline.core import metadata  # noqa: E402
 from brb_pipeline.core.progress import STAGES  # noqa: E402
-from brb_pipeline.settings import Settings  # noqa: E402
+from brb_pipeline.config.settings import Settings  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -16,9 +16,10 @@ from brb_pipeline.core.crypto import files
 from brb_pipeline.core.embedding.models import HashEmbedder
 from brb_pipeline.core.store import duck
 from brb_pipeline.demo.generate import build_demo_archive
-from brb_pipeline.pipeline import embed, paths
-from brb_pipeline.runner import run_ingest
-from brb_pipeline.settings import Settings
+from brb_pipeline.stages import embed
+from brb_pipeline.config import home as paths
+from brb_pipeline.orchestration.runner import run_ingest
+from brb_pipeline.config.settings import Settings
 
 
 @pytest.fixture(scope="module")

@@ -269,7 +269,7 @@ def test_commands_before_any_ingest_say_what_to_run(tmp_path):
 
 STRAY = """
 import sys
-import brb_pipeline.pipeline.ingest as ingest
+import brb_pipeline.stages.ingest as ingest
 orig = ingest.run_contacts
 def noisy(s):
     print("STRAY PRINT FROM LIBRARY CODE")
@@ -319,7 +319,7 @@ def slow(self, texts):
     time.sleep(0.4)
     return orig(self, texts)
 embedding.HashEmbedder.embed = slow
-import brb_pipeline.pipeline.embed as e
+import brb_pipeline.stages.embed as e
 e.EMBED_GROUP = 16
 from brb_pipeline.cli import main
 sys.argv = ["brb"] + sys.argv[1:]

@@ -69,8 +69,8 @@ def _trim(src: Path, dst: Path, share: float = 0.25) -> None:
 def store_facts(home: Path) -> dict:
     """What the published store holds: rows and vectors (hashed), index presence, answers."""
     from brb_pipeline.core.store.index import index_status
-    from brb_pipeline.pipeline.query import run_search
-    from brb_pipeline.settings import Settings
+    from brb_pipeline.search.query import run_search
+    from brb_pipeline.config.settings import Settings
 
     con = duck.connect(home / "brb.duckdb", read_only=True)
     try:
@@ -111,7 +111,7 @@ def world(tmp_path_factory):
 @pytest.mark.parametrize("point", KILLS)
 def test_kill_at_every_point_leaves_a_usable_store_and_a_rerun_converges(world, point):
     from brb_pipeline.cli import status_dict
-    from brb_pipeline.settings import Settings
+    from brb_pipeline.config.settings import Settings
 
     home = copy_home(world["template"], world["root"] / f"kill-{point.replace('@', '-')}")
     args = ("ingest", "--progress", "none") + (() if point in INSIGHTS else ("--no-insights",))
@@ -149,8 +149,8 @@ def test_a_run_waiting_on_a_dead_runs_slot_is_freed(world):
     waited for it forever. Kill inside the store stage (slot held), then rerun with a bound."""
     import dagster as dg
 
-    from brb_pipeline.runner import instance_for
-    from brb_pipeline.settings import Settings
+    from brb_pipeline.orchestration.runner import instance_for
+    from brb_pipeline.config.settings import Settings
 
     home = copy_home(world["template"], world["root"] / "slot")
     r = brb("ingest", "--progress", "none", "--no-insights", home=home, env={**ENV, "BRB_FAULT": "load_committed"})

@@ -23,7 +23,7 @@ from brb_pipeline.core.embedding.models import (
     resolve_model,
     token_budget_batches,
 )
-from brb_pipeline.settings import Settings
+from brb_pipeline.config.settings import Settings
 
 TEXTS = [
     "Conversation with Ayşe, 2018-05-02 19:38–19:52\nAyşe (19:38): are we still on for dinner tomorrow?\nBen (19:40): yes! 7pm at the usual place",

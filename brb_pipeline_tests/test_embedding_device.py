@@ -9,14 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from brb_pipeline.assets.resources import Runtime
+from brb_pipeline.orchestration.resources import Runtime
 from brb_pipeline.core.embedding import models
 from brb_pipeline.core.embedding.gpu_bert import GpuBert
 from brb_pipeline.core.embedding.models import MLXEmbedder, load_embedder
 from brb_pipeline.core.embedding.weights import save_quantized
 from brb_pipeline.core.embedding.spec import DeviceNotAvailableError, EmbedderSpec, resolve_device
-from brb_pipeline.pipeline.embed import configured_model_id
-from brb_pipeline.settings import Settings
+from brb_pipeline.stages.embed import configured_model_id
+from brb_pipeline.config.settings import Settings
 
 import mlx.core as mx  # noqa: E402  (after the embedding modules: they load OpenBLAS first)
 

@@ -22,10 +22,12 @@ from brb_pipeline.core.crypto.sealed import MAGIC
 from brb_pipeline.core.errors import EncryptionKeyError
 from brb_pipeline.core.records.handles import normalize_handle
 from brb_pipeline.core.search.log import clear_log, log_search, read_log
-from brb_pipeline.pipeline import ingest, keys, paths
-from brb_pipeline.pipeline.forgotten import remember
-from brb_pipeline.pipeline.privacy import forget_contacts
-from brb_pipeline.settings import Settings
+from brb_pipeline.stages import ingest
+from brb_pipeline.keys import provider as keys
+from brb_pipeline.config import home as paths
+from brb_pipeline.privacy.forgotten import remember
+from brb_pipeline.privacy.forget import forget_contacts
+from brb_pipeline.config.settings import Settings
 from brb_pipeline.sources.addressbook import read_addressbook
 
 NAME, HANDLE, OTHER = "Zebediah Quillfeather", "+15550199876", "+15550100002"

@@ -21,10 +21,11 @@ from brb_pipeline.core.crypto import files
 from brb_pipeline.core.embedding.models import HashEmbedder
 from brb_pipeline.core.memory.generate import ScriptedGenerator
 from brb_pipeline.demo.generate import build_demo_archive
-from brb_pipeline.pipeline import keys, paths
-from brb_pipeline.pipeline.insights import MAP_WHEN_OPENED
-from brb_pipeline.runner import instance_for, run_ingest
-from brb_pipeline.settings import Settings
+from brb_pipeline.keys import provider as keys
+from brb_pipeline.config import home as paths
+from brb_pipeline.stages.insights import MAP_WHEN_OPENED
+from brb_pipeline.orchestration.runner import instance_for, run_ingest
+from brb_pipeline.config.settings import Settings
 from brb_pipeline_tests import bytescan
 
 #: What the scripted model says of every month: a topic whose summary is a distinctive phrase.
@@ -208,7 +209,7 @@ def test_dagster_keeps_no_label_name_or_handle_of_an_encrypted_home(homes):
 def test_the_metadata_filter_keeps_numbers_and_listed_settings_only(tmp_path, monkeypatch):
     import dagster as dg
 
-    from brb_pipeline.assets.results import safe_metadata
+    from brb_pipeline.orchestration.results import safe_metadata
 
     monkeypatch.setenv("BRB_KEY_DIR", str(tmp_path / "keys"))
     monkeypatch.setenv("BRB_ENCRYPTION", "1")

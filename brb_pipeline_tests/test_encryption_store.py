@@ -23,10 +23,10 @@ from brb_pipeline.core.store import chunks as store
 from brb_pipeline.core.store import duck, index
 from brb_pipeline.core.store.compact import compact_without
 from brb_pipeline.core.store.topic_index import TOPIC_HNSW, TOPIC_VECTORS, index_topics, topic_index_due
-from brb_pipeline.pipeline import keys
-from brb_pipeline.pipeline import store as stages
-from brb_pipeline.pipeline.paths import store_next
-from brb_pipeline.settings import Settings
+from brb_pipeline.keys import provider as keys
+from brb_pipeline.stages import store as stages
+from brb_pipeline.config.home import store_next
+from brb_pipeline.config.settings import Settings
 from brb_pipeline_tests.test_memory_search import _add_topics
 from brb_pipeline_tests.test_store import make_chunks
 

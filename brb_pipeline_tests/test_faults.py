@@ -262,9 +262,9 @@ def _start_dagster_job(home: Path, env: dict):
     import sys
 
     code = ("import dagster as dg\n"
-            "from brb_pipeline.definitions import defs\n"
-            "from brb_pipeline.runner import instance_for\n"
-            "from brb_pipeline.settings import Settings\n"
+            "from brb_pipeline.orchestration.definitions import defs\n"
+            "from brb_pipeline.orchestration.runner import instance_for\n"
+            "from brb_pipeline.config.settings import Settings\n"
             "s = Settings.load()\n"
             "r = defs.get_job_def('ingest_job').execute_in_process(instance=instance_for(s))\n"
             "assert r.success\n")

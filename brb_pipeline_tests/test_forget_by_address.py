@@ -21,11 +21,11 @@ from brb_pipeline.core.contacts.lookup import find_contacts
 from brb_pipeline.core.embedding.models import HashEmbedder
 from brb_pipeline.core.errors import BrbError
 from brb_pipeline.demo.mail_writer import MailRecord, rfc822, write_mail_store
-from brb_pipeline.pipeline import paths
-from brb_pipeline.pipeline.forgotten import forgotten_rules, key_file
-from brb_pipeline.pipeline.keystore import home_path_id
-from brb_pipeline.runner import run_ingest
-from brb_pipeline.settings import Settings
+from brb_pipeline.config import home as paths
+from brb_pipeline.privacy.forgotten import forgotten_rules, key_file
+from brb_pipeline.keys.keystore import home_path_id
+from brb_pipeline.orchestration.runner import run_ingest
+from brb_pipeline.config.settings import Settings
 
 from .conftest import T0
 from .test_cli import cli

@@ -174,8 +174,8 @@ def _legacy_home(tmp_path, monkeypatch, handle: str):
     import hashlib
 
     from brb_pipeline.core import metadata
-    from brb_pipeline.pipeline.forgotten import FORGOTTEN_DDL
-    from brb_pipeline.settings import Settings
+    from brb_pipeline.privacy.forgotten import FORGOTTEN_DDL
+    from brb_pipeline.config.settings import Settings
 
     monkeypatch.setenv("BRB_KEY_DIR", str(tmp_path / "keys"))
     s = Settings(home=tmp_path / "home")
@@ -189,7 +189,7 @@ def _legacy_home(tmp_path, monkeypatch, handle: str):
 
 
 def test_a_salted_home_is_rekeyed_when_the_handle_is_seen_again(tmp_path, monkeypatch):
-    from brb_pipeline.pipeline.forgotten import forgotten_rules, migrate_legacy
+    from brb_pipeline.privacy.forgotten import forgotten_rules, migrate_legacy
 
     s = _legacy_home(tmp_path, monkeypatch, "+16175550000")
     rules = forgotten_rules(s)
@@ -205,7 +205,7 @@ def test_a_salted_home_is_rekeyed_when_the_handle_is_seen_again(tmp_path, monkey
 
 def test_a_lost_key_is_an_error_not_a_silent_resurrection(tmp_path, monkeypatch):
     from brb_pipeline.core.errors import BrbError
-    from brb_pipeline.pipeline.forgotten import forgotten_rules, key_file, migrate_legacy
+    from brb_pipeline.privacy.forgotten import forgotten_rules, key_file, migrate_legacy
 
     s = _legacy_home(tmp_path, monkeypatch, "+16175550000")
     migrate_legacy(s, forgotten_rules(s), {"+16175550000"}, set())
@@ -224,8 +224,8 @@ def test_a_lost_key_is_an_error_not_a_silent_resurrection(tmp_path, monkeypatch)
 def mail_world(tmp_path_factory):
     """A home ingested with Mail on, and the partner of the demo's kayak thread (a direct mail
     thread; they are also a recipient in the book-club group thread, where they never write)."""
-    from brb_pipeline.pipeline import paths
-    from brb_pipeline.settings import Settings
+    from brb_pipeline.config import home as paths
+    from brb_pipeline.config.settings import Settings
 
     root = tmp_path_factory.mktemp("forget_mail")
     archive = build_demo_archive(root / "archive", messages=300, seed=5, mail=True)

@@ -15,8 +15,8 @@ from brb_pipeline.core.store import chunks as store
 from brb_pipeline.core.search.fusion import (Fusion, Span, fuse, is_specific, merge_lines, merge_overlapping, mmr_order,
                                       rrf_fuse, score_fuse, specific_terms)
 from brb_pipeline.core.search.hybrid import search
-from brb_pipeline.pipeline.query import fusion_of
-from brb_pipeline.settings import Settings
+from brb_pipeline.search.query import fusion_of
+from brb_pipeline.config.settings import Settings
 from brb_pipeline_tests.test_store import DIM, T0, make_chunks, make_vectors
 
 # ----------------------------------------------------------------------------- fusion

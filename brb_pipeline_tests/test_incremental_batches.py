@@ -21,12 +21,14 @@ from brb_pipeline.core import metadata
 from brb_pipeline.core.contacts.batching import assign_batches
 from brb_pipeline.core.embedding.models import HashEmbedder
 from brb_pipeline.demo.generate import build_demo_archive
-from brb_pipeline.pipeline import embed, ingest, paths
-from brb_pipeline.pipeline.incremental import pending_work
-from brb_pipeline.pipeline.privacy import forget_contacts
-from brb_pipeline.pipeline.store import run_load
-from brb_pipeline.runner import run_ingest
-from brb_pipeline.settings import Settings
+from brb_pipeline.privacy import forget
+from brb_pipeline.stages import embed, ingest
+from brb_pipeline.config import home as paths
+from brb_pipeline.stages.incremental import pending_work
+from brb_pipeline.privacy.forget import forget_contacts
+from brb_pipeline.stages.store import run_load
+from brb_pipeline.orchestration.runner import run_ingest
+from brb_pipeline.config.settings import Settings
 from brb_pipeline_tests.test_pipeline import CountingEmbedder, _append_messages
 
 # Small tiers so a demo archive spans several batches: 2 top batches of 1, rest batches of 2.
@@ -162,7 +164,7 @@ def test_other_vectors_reads_matching_rows_of_other_batches_and_retired(tmp_path
     for text, v in found.items():
         np.testing.assert_array_equal(v, emb.embed([text])[0])
     assert embed.other_vectors(s, "batch-000", wanted, config, 16) == {}  # another dimension
-    assert embed.drop_retired(s) == 1 and not paths.retired_dir(s).exists()
+    assert forget.drop_retired(s) == 1 and not paths.retired_dir(s).exists()
 
 
 def test_other_vectors_searches_only_partitions_holding_the_batch_contacts(tmp_path):

@@ -28,8 +28,8 @@ from brb_pipeline.core.insights.projection import (
     nearest_neighbours,
     neighbour_mean,
 )
-from brb_pipeline.pipeline import insights, insights_io
-from brb_pipeline.settings import Settings
+from brb_pipeline.stages import insights, insights_io
+from brb_pipeline.config.settings import Settings
 from brb_pipeline_tests.test_store import make_chunks
 
 DIM = 32
@@ -178,9 +178,9 @@ def test_placement_imports_neither_umap_nor_numba(home):
     _add(s, "batch-009", "c9", 2, 3, seed=7)
     code = (
         "import json, sys\n"
-        "from brb_pipeline.pipeline import insights\n"
+        "from brb_pipeline import keys\nkeys.install()\nfrom brb_pipeline.stages import insights\n"
         "from pathlib import Path\n"
-        "from brb_pipeline.settings import Settings\n"
+        "from brb_pipeline.config.settings import Settings\n"
         f"s = Settings(home=Path({str(home)!r}), **{SETTINGS!r})\n"
         "p = insights.run_projection(s)\n"
         "c = insights.run_clusters(s)\n"

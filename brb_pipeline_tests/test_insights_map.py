@@ -283,7 +283,7 @@ def _home_with_map_inputs(home, n: int = 40):
     """A real store (DuckDB from a real partition) and the insights parquet files run_map reads."""
     from brb_pipeline.core.store import duck
     from brb_pipeline.core.store import chunks as store
-    from brb_pipeline.settings import Settings
+    from brb_pipeline.config.settings import Settings
     from brb_pipeline_tests.test_store import make_chunks, make_vectors
 
     s = Settings(home=home)
@@ -312,7 +312,7 @@ def _home_with_map_inputs(home, n: int = 40):
 
 
 def test_run_map_pages_hold_snippets_never_whole_chunks(tmp_path):
-    from brb_pipeline.pipeline.insights import SNIPPET_CHARS, run_map
+    from brb_pipeline.stages.insights import SNIPPET_CHARS, run_map
 
     s, texts = _home_with_map_inputs(tmp_path)
     meta = run_map(s)

@@ -374,7 +374,7 @@ def test_cache_file_damaged_is_empty_and_hash_is_order_free(tmp_path):
 
 def test_make_labeler_follows_settings(tmp_path):
     from brb_pipeline.core.insights.labels import make_labeler
-    from brb_pipeline.settings import Settings
+    from brb_pipeline.config.settings import Settings
 
     plain = make_labeler(Settings(home=tmp_path))
     assert isinstance(plain.base, TfidfLabeler) and plain.refiners == ()
@@ -605,7 +605,7 @@ def test_refiner_is_asked_only_about_changed_clusters(tmp_path):
 
 def test_make_labeler_chains_the_embedding_rerank(tmp_path):
     from brb_pipeline.core.insights.labels import EmbeddingLabeler, make_labeler
-    from brb_pipeline.settings import Settings
+    from brb_pipeline.config.settings import Settings
 
     embedder = TableEmbedder({})
     plain = make_labeler(Settings(home=tmp_path), embedder=embedder, names=["Théo Dubois"])

@@ -30,7 +30,7 @@ def sealed_dir(tmp_path):
     """Files under ``tmp_path/home`` are sealed under KEY; the provider is removed afterwards."""
     home = tmp_path / "home"
     home.mkdir()
-    installed = files._provider  # pipeline.keys' provider, which later tests in this process need
+    installed = files._provider  # keys.provider' provider, which later tests in this process need
 
     def provider(p: Path) -> bytes | None:
         return KEY if home in Path(p).parents else (installed(p) if installed else None)
@@ -128,9 +128,9 @@ def test_read_parquet_where_sees_a_rewritten_file_and_unsorted_files(tmp_path, s
 
 
 def test_name_maps_match_the_contacts_frame(tmp_path, demo_archive_small):
-    from brb_pipeline.pipeline import ingest
-    from brb_pipeline.pipeline.embed import name_maps
-    from brb_pipeline.settings import Settings
+    from brb_pipeline.stages import ingest
+    from brb_pipeline.stages.embed import name_maps
+    from brb_pipeline.config.settings import Settings
 
     s = Settings.load(tmp_path / "home", chat_db=demo_archive_small.chat_db,
                       addressbook_dir=demo_archive_small.addressbook_dir, whatsapp_enabled=True,
@@ -155,8 +155,10 @@ def _one_batch_per_row_group(path: Path) -> bool:
 
 
 def test_forget_keeps_the_messages_file_grouped_by_batch(tmp_path, demo_archive_small):
-    from brb_pipeline.pipeline import embed, ingest, paths, privacy
-    from brb_pipeline.settings import Settings
+    from brb_pipeline.stages import embed, ingest
+    from brb_pipeline.config import home as paths
+    from brb_pipeline.privacy import forget as privacy
+    from brb_pipeline.config.settings import Settings
 
     s = Settings.load(tmp_path / "home", chat_db=demo_archive_small.chat_db,
                       addressbook_dir=demo_archive_small.addressbook_dir, embedding_model="hash")

@@ -19,13 +19,13 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-def test_sources_core_and_pipeline_never_import_dagster():
-    offenders = [
-        str(p.relative_to(PKG))
-        for sub in ("sources", "core", "pipeline")
-        for p in (PKG / sub).rglob("*.py")
-        if "dagster" in _imports(p)
-    ]
+def test_only_orchestration_imports_dagster():
+    """Dagster is the orchestration layer's: stages, search, privacy and the rest are plain Python
+    (the command line imports orchestration lazily, for the commands that run the graph)."""
+    offenders = sorted(
+        str(p.relative_to(PKG)) for p in PKG.rglob("*.py")
+        if "dagster" in _imports(p) and p.relative_to(PKG).parts[0] not in ("orchestration", "cli")
+    )
     assert offenders == []
 
 
@@ -41,13 +41,94 @@ def _our_imports(path: Path) -> set[str]:
     return {n.removeprefix("brb_pipeline.") for n in names}
 
 
+#: What each package may import of the others: a layering (a package sees only those below it).
+#: ``core`` is pure (no settings, no dagster); ``config`` is settings and file locations; ``keys``
+#: installs the key provider at entry points; ``privacy`` sits below ``stages`` because ingestion
+#: applies the forgotten list and scrubs the snapshot; ``orchestration`` wraps ``stages``.
+LAYERS = {
+    "core": set(),
+    "sources": {"core"},
+    "demo": {"core", "sources"},
+    "config": {"core"},
+    "keys": {"core", "config"},
+    "privacy": {"core", "sources", "config", "keys"},
+    "stages": {"core", "sources", "config", "keys", "privacy"},
+    "search": {"core", "config", "keys"},
+    "assistant": {"core", "config", "keys", "search"},
+    "orchestration": {"core", "sources", "config", "keys", "privacy", "stages"},
+    "cli": {"core", "sources", "demo", "config", "keys", "privacy", "stages", "search", "assistant",
+            "orchestration"},
+}
+
+
+def _package(name: str) -> str:
+    return name.split(".")[0]
+
+
+def test_every_package_is_declared_with_its_rule():
+    packages = {p.name for p in PKG.iterdir() if (p / "__init__.py").exists()}
+    assert packages == set(LAYERS)
+    loose = {p.stem for p in PKG.glob("*.py")} - {"__init__"}
+    assert loose == set(), "every module belongs to a package"
+    for pkg in LAYERS:
+        doc = ast.get_docstring(ast.parse((PKG / pkg / "__init__.py").read_text()))
+        assert doc and "Must not" in doc, f"{pkg}/__init__.py says what it owns and must not import"
+
+
+def test_each_package_imports_only_the_layers_below_it():
+    offenders = sorted(
+        f"{p.relative_to(PKG)} -> {name}"
+        for pkg, allowed in LAYERS.items()
+        for p in (PKG / pkg).rglob("*.py")
+        for name in _our_imports(p)
+        if _package(name) in LAYERS and _package(name) not in allowed | {pkg}
+    )
+    assert offenders == []
+
+
+def _module_graph() -> dict[str, set[str]]:
+    mods = {".".join(p.relative_to(PKG).with_suffix("").parts).removesuffix(".__init__"): p
+            for p in PKG.rglob("*.py")}
+    graph = {}
+    for m, p in mods.items():
+        deps = set()
+        for name in _our_imports(p):
+            while name and name not in mods:  # `from pkg.mod import func` -> pkg.mod
+                name = name.rpartition(".")[0]
+            if name and name != m:
+                deps.add(name)
+        graph[m] = deps
+    return graph
+
+
+def test_no_import_circle_between_modules():
+    """Counting imports inside functions too: a lazy import that closes a circle is still one."""
+    graph = _module_graph()
+    state: dict[str, int] = {}
+    circles = []
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for d in sorted(graph.get(m, ())):
+            if state.get(d) == 1:
+                circles.append(" -> ".join(path[path.index(d):] + [d]) if d in path else d)
+            elif d not in state:
+                visit(d, path + [d])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    assert circles == []
+
+
 def test_core_imports_no_outer_layer():
-    outer = ("sources", "pipeline", "assets", "settings", "runner", "cli", "definitions", "demo")
+    outer = set(LAYERS) - {"core"}
     offenders = sorted(
         f"{p.relative_to(PKG)} -> {name}"
         for p in (PKG / "core").rglob("*.py")
         for name in _our_imports(p)
-        if name.split(".")[0] in outer
+        if _package(name) in outer
     )
     assert offenders == []
 
@@ -75,7 +156,7 @@ def test_core_is_grouped_by_stage():
 
 
 def test_definitions_load_and_every_job_resolves():
-    from brb_pipeline.definitions import defs
+    from brb_pipeline.orchestration.definitions import defs
 
     graph = defs.resolve_asset_graph()
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
@@ -90,7 +171,7 @@ def test_definitions_load_and_every_job_resolves():
 
 
 def test_per_batch_assets_use_the_contact_batch_partitions():
-    from brb_pipeline.definitions import defs
+    from brb_pipeline.orchestration.definitions import defs
 
     graph = defs.resolve_asset_graph()
     for name in ("batch_chunks", "batch_embeddings"):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from brb_pipeline.demo.generate import build_demo_archive
-from brb_pipeline.settings import (MAC_ADDRESSBOOK, MAC_CHAT_DB, Settings, platform_default_sources,
+from brb_pipeline.config.settings import (MAC_ADDRESSBOOK, MAC_CHAT_DB, Settings, platform_default_sources,
                                    with_platform_defaults)
 
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("BRB_")}
@@ -23,7 +23,7 @@ ENV.update(BRB_EMBEDDING_MODEL="hash", BRB_HDBSCAN_MIN_CLUSTER_SIZE="8", PYTHONU
 # `brb` as on a Mac: the platform the ingest command passes in is replaced by "darwin"
 AS_MAC = """
 import sys
-import brb_pipeline.settings as st
+import brb_pipeline.config.settings as st
 orig = st.platform_default_sources
 st.platform_default_sources = lambda home_dir, platform: orig(home_dir, "darwin")
 from brb_pipeline.cli import main

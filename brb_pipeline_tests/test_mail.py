@@ -15,8 +15,9 @@ from brb_pipeline.core.contacts.resolve import resolve_contacts
 from brb_pipeline.core.errors import DatabaseLockedError, NotADatabaseError, SourceMissingError, UnknownSchemaError
 from brb_pipeline.core.records import CHAT_SCHEMA, MESSAGE_SCHEMA, Person
 from brb_pipeline.demo.mail_writer import MAIL_ONLY_PHRASE, MailRecord, rfc822, write_mail_store
-from brb_pipeline.pipeline import ingest, paths
-from brb_pipeline.settings import Settings, default_mail_dir
+from brb_pipeline.stages import ingest
+from brb_pipeline.config import home as paths
+from brb_pipeline.config.settings import Settings, default_mail_dir
 from brb_pipeline.sources.imessage import read_imessage
 from brb_pipeline.sources.mail import locate_envelope_index, read_mail
 from brb_pipeline.sources.mail_body import cut_text, decode_message, emlx_message, html_to_text
@@ -274,7 +275,7 @@ def mail_home(tmp_path_factory):
     """The demo archive with Mail, ingested (hash embedder, no insights)."""
     from brb_pipeline.core.embedding.models import HashEmbedder
     from brb_pipeline.demo.generate import build_demo_archive
-    from brb_pipeline.runner import run_ingest
+    from brb_pipeline.orchestration.runner import run_ingest
 
     root = tmp_path_factory.mktemp("mail_home")
     archive = build_demo_archive(root / "demo", messages=600, seed=7, mail=True)
@@ -287,7 +288,7 @@ def mail_home(tmp_path_factory):
 def test_demo_ingest_with_mail_finds_a_mail_only_phrase(mail_home):
     from brb_pipeline.core import metadata
     from brb_pipeline.core.embedding.models import HashEmbedder
-    from brb_pipeline.pipeline.query import run_search
+    from brb_pipeline.search.query import run_search
 
     s, archive = mail_home
     assert archive.counts["mail_expected_messages"] == 8
@@ -306,7 +307,7 @@ def test_a_forgotten_person_is_scrubbed_from_the_mail_snapshot(tmp_path, monkeyp
     them go from the index and the bodies; the others' mail in the group stays, read back with
     the same text, its bodies rewritten without their address or a quote of their mail."""
     from brb_pipeline.core import metadata
-    from brb_pipeline.pipeline.forgotten import remember
+    from brb_pipeline.privacy.forgotten import remember
     from brb_pipeline_tests.bytescan import scan, summary
 
     monkeypatch.setenv("BRB_KEY_DIR", str(tmp_path / "keys"))

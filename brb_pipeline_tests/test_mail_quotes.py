@@ -174,7 +174,7 @@ def test_a_reply_that_is_all_quote_is_emptied_when_someone_is_forgotten():
     """Read whole (nothing cut), such a reply may be the forgotten person's words: the snapshot's
     rewritten body keeps none of it; a reply with an answer keeps only the answer."""
     from brb_pipeline.demo.mail_writer import emlx_bytes
-    from brb_pipeline.pipeline.scrub_emlx import scrubbed_emlx
+    from brb_pipeline.privacy.scrub_emlx import scrubbed_emlx
     from brb_pipeline.sources.mail_body import emlx_message
 
     ana, diego = ("Ana", "ana@example.org"), ("Diego", "diego@example.com")

@@ -10,7 +10,7 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from brb_pipeline.cli_output import status_dict
+from brb_pipeline.cli.output import status_dict
 from brb_pipeline.core.embedding.models import HashEmbedder
 from brb_pipeline.core.memory.generate import MLXGenerator, ScriptedGenerator
 from brb_pipeline.core.memory.language import detect_language
@@ -20,9 +20,9 @@ from brb_pipeline.core.memory.prompts import TEMPLATES, build_prompt
 from brb_pipeline.core.memory.topics import TOPIC_SCHEMA, distill, is_glue
 from brb_pipeline.core.store import duck
 from brb_pipeline.demo.generate import build_demo_archive
-from brb_pipeline.pipeline.memory import NO_MODEL
-from brb_pipeline.runner import instance_for, run_ingest
-from brb_pipeline.settings import Settings
+from brb_pipeline.stages.memory import NO_MODEL
+from brb_pipeline.orchestration.runner import instance_for, run_ingest
+from brb_pipeline.config.settings import Settings
 from brb_pipeline_tests.test_labeling import _tiny_model
 
 THREE = ('Sure! [{"label": "Contract decision", "summary": "They agreed to sign the contract.", '
@@ -239,8 +239,8 @@ def test_demo_ingest_with_a_tiny_model_then_nothing_changed(demo):
     assert gen.calls == calls and again["memory"]["topics_written"] == 0
     assert again["store_changed"] is False
     # forget one person: their profile leaves the store and every staged memory file
-    from brb_pipeline.pipeline import paths
-    from brb_pipeline.pipeline.privacy import forget_contacts
+    from brb_pipeline.config import home as paths
+    from brb_pipeline.privacy.forget import forget_contacts
 
     gone = sorted(c for c in profiled if c.startswith("c:"))[0]
     forget_contacts(s, [gone])

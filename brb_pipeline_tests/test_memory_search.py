@@ -18,8 +18,8 @@ from brb_pipeline.core.search.profiles import is_commitment_question, read_profi
 from brb_pipeline.core.store import chunks as store
 from brb_pipeline.core.store import duck, index
 from brb_pipeline.core.store.topic_index import TOPIC_VECTORS, index_topics, topic_index_due
-from brb_pipeline.pipeline.store import run_vector_index
-from brb_pipeline.settings import Settings
+from brb_pipeline.stages.store import run_vector_index
+from brb_pipeline.config.settings import Settings
 from brb_pipeline_tests.test_cli import cli
 from brb_pipeline_tests.test_store import T0, make_chunks, make_vectors
 

@@ -18,10 +18,11 @@ from brb_pipeline.core.contacts.resolve import resolve_contacts
 from brb_pipeline.core.errors import CancelledError
 from brb_pipeline.core.contacts.stats import contact_stats
 from brb_pipeline.demo.whatsapp_writer import WAChatRecord, WAMessageRecord, write_whatsapp
-from brb_pipeline.pipeline import ingest, paths
-from brb_pipeline.pipeline.forgotten import forgotten_filter
-from brb_pipeline.pipeline.privacy import forget_contacts
-from brb_pipeline.settings import Settings
+from brb_pipeline.stages import ingest
+from brb_pipeline.config import home as paths
+from brb_pipeline.privacy.forgotten import forgotten_filter
+from brb_pipeline.privacy.forget import forget_contacts
+from brb_pipeline.config.settings import Settings
 from brb_pipeline.sources.addressbook import read_addressbook
 from brb_pipeline.sources.imessage import IMessageStream, read_imessage
 from brb_pipeline.sources.whatsapp import WhatsAppStream, read_whatsapp

@@ -359,27 +359,6 @@ def test_an_ambiguous_john_still_finds_the_right_johns_passage(world, query, who
     assert out["hits"][0]["contact_id"] in people[who]["conversation_ids"]
 
 
-def test_conversation_lines_name_each_sender_as_passages_do():
-    from zoneinfo import ZoneInfo
-
-    from brb_pipeline.core.contacts.speakers import conversation_lines
-    from brb_pipeline.core.records import MESSAGE_SCHEMA
-    import polars as pl
-
-    # the last column is the message's extras (issue 31): none here
-    rows = [("imessage", "m2", 2, "c", None, True, T0 + timedelta(minutes=1), "sure", "text", False, False, 0, [], None),
-            ("imessage", "m1", 1, "c", "+1", False, T0, "lunch?", "text", False, False, 1, [], None),
-            ("imessage", "m3", 3, "c", "+9", False, T0 + timedelta(minutes=2), "who is this", "text", False, False, 0,
-             [], None)]
-    msgs = pl.DataFrame(rows, schema=MESSAGE_SCHEMA, orient="row")
-    got = conversation_lines(msgs, {"+1": "Ann Lee"}, tz=ZoneInfo("UTC"))
-    assert [(x["message_id"], x["sender"], x["sender_handle"], x["text"]) for x in got] == [
-        ("m1", "Ann Lee", "+1", "Ann Lee (17:00): lunch? [attachment]"),
-        ("m2", "Me", None, "Me (17:01): sure"),
-        ("m3", "+9", "+9", "+9 (17:02): who is this"),
-    ]
-
-
 def test_mcp_names_group_members_and_takes_a_group_only_person_as_from(world):
     """`brb mcp` reads the same people: every group member is named in its lines, and ``from``
     takes a person seen only in groups."""

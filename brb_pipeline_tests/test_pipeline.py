@@ -18,10 +18,10 @@ from brb_pipeline.core.embedding.models import HashEmbedder
 from brb_pipeline.core.records import UNKNOWN_CONTACT_ID
 from brb_pipeline.demo.chatdb_writer import _register_trigger_functions, apple_time
 from brb_pipeline.demo.generate import build_demo_archive
-from brb_pipeline.pipeline import paths
-from brb_pipeline.pipeline.query import run_search
-from brb_pipeline.runner import run_ingest
-from brb_pipeline.settings import Settings
+from brb_pipeline.config import home as paths
+from brb_pipeline.search.query import run_search
+from brb_pipeline.orchestration.runner import run_ingest
+from brb_pipeline.config.settings import Settings
 
 
 class CountingEmbedder(HashEmbedder):
@@ -212,7 +212,7 @@ def test_incremental_new_messages_reembed_only_their_batch(tmp_path):
 
 def test_forget_removes_contact_everywhere_and_stays_forgotten(tmp_path):
     from brb_pipeline.core.search.log import read_log
-    from brb_pipeline.pipeline.privacy import forget_contacts
+    from brb_pipeline.privacy.forget import forget_contacts
 
     archive = build_demo_archive(tmp_path / "archive", messages=800, seed=9)
     s = _settings(tmp_path / "home", archive)
@@ -247,7 +247,7 @@ def test_forget_removes_contact_everywhere_and_stays_forgotten(tmp_path):
 
 
 def test_delete_all_leaves_nothing(tmp_path):
-    from brb_pipeline.pipeline.privacy import delete_all
+    from brb_pipeline.privacy.forget import delete_all
 
     archive = build_demo_archive(tmp_path / "archive", messages=300, seed=3)
     s = _settings(tmp_path / "home", archive)
@@ -259,8 +259,8 @@ def test_delete_all_leaves_nothing(tmp_path):
 
 
 def test_sensors(ingested, tmp_path):
-    from brb_pipeline.assets import automation
-    from brb_pipeline.definitions import defs
+    from brb_pipeline.orchestration import automation
+    from brb_pipeline.orchestration.definitions import defs
 
     s, archive, *_ = ingested
     sensor = defs.get_sensor_def("source_change_sensor")
@@ -318,7 +318,7 @@ def test_search_passages_are_distinct_with_context_outside_them(ingested):
 
 def test_searcher_open_loads_the_model_beside_the_store_and_cleans_up_on_failure(ingested):
     from brb_pipeline.core.errors import BrbError
-    from brb_pipeline.pipeline.query import Searcher
+    from brb_pipeline.search.query import Searcher
 
     s, *_ = ingested
     with Searcher.open(s, load=lambda _s: HashEmbedder(dim=64)) as searcher:

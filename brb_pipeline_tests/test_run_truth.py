@@ -45,7 +45,7 @@ def slow(con):
     time.sleep(600)  # a step that never reaches a cancellation point
     return orig(con)
 index.build_fts = slow
-import brb_pipeline.pipeline.store as st
+import brb_pipeline.stages.store as st
 st.build_fts = slow
 from brb_pipeline.cli import main
 sys.argv = ["brb"] + sys.argv[1:]

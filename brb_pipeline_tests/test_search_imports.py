@@ -14,7 +14,7 @@ UNUSED_BY_SEARCH = ("polars", "pyarrow", "pandas", "dagster", "umap", "sklearn",
 _PROBE = """
 import json, sys
 import brb_pipeline.cli
-import brb_pipeline.pipeline.query
+import brb_pipeline.search.query
 import brb_pipeline.core.embedding.models
 from brb_pipeline.core.store.index import fts_query_text
 from brb_pipeline.core.store.topic_index import topic_text

@@ -178,7 +178,7 @@ def test_a_query_without_a_date_never_imports_dateparser():
 
 
 def test_searcher_reads_dates_and_explicit_bounds_win(con, tmp_path, monkeypatch):
-    from brb_pipeline.pipeline import query as q
+    from brb_pipeline.search import query as q
 
     calls = []
 

@@ -16,7 +16,7 @@ import pytest
 
 from brb_pipeline.core.errors import SettingsError
 from brb_pipeline.demo.generate import build_demo_archive
-from brb_pipeline.settings import Settings, check_home, default_demo_home, default_home
+from brb_pipeline.config.settings import Settings, check_home, default_demo_home, default_home
 
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("BRB_")}
 ENV.update(BRB_EMBEDDING_MODEL="hash", BRB_HDBSCAN_MIN_CLUSTER_SIZE="8", PYTHONUNBUFFERED="1")

@@ -14,8 +14,8 @@ from brb_pipeline.core.store import duck
 from brb_pipeline.core.store import chunks as store
 from brb_pipeline.core.errors import StoreError
 from brb_pipeline.core.store.chunks import LoadMemoryError
-from brb_pipeline.pipeline.store import run_load
-from brb_pipeline.settings import Settings
+from brb_pipeline.stages.store import run_load
+from brb_pipeline.config.settings import Settings
 from brb_pipeline_tests.test_store import write
 
 

@@ -73,7 +73,7 @@ def test_launchpad_with_a_name_runs_that_persons_batch(tmp_path, monkeypatch, en
     from selenium.webdriver.support.ui import WebDriverWait
 
     from brb_pipeline.core import metadata
-    from brb_pipeline.pipeline import keys
+    from brb_pipeline.keys import provider as keys
 
     archive = build_demo_archive(tmp_path / "archive", messages=600, seed=7)
     home = tmp_path / "home"

@@ -13,17 +13,17 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from brb_pipeline.assets.jobs import contact_backfill_job
+from brb_pipeline.orchestration.jobs import contact_backfill_job
 from brb_pipeline.core import metadata
 from brb_pipeline.core.embedding.models import HashEmbedder
 from brb_pipeline.core.errors import BrbError
-from brb_pipeline.definitions import changed_batches_sensor, defs, finalize_sensor, resources
+from brb_pipeline.orchestration.definitions import changed_batches_sensor, defs, finalize_sensor, resources
 from brb_pipeline.demo.generate import build_demo_archive
-from brb_pipeline.pipeline import paths
-from brb_pipeline.pipeline.ingest import PEOPLE_SEPARATOR, people_table
-from brb_pipeline.pipeline.query import run_search
-from brb_pipeline.runner import instance_for, run_ingest, wipe_derived_events
-from brb_pipeline.settings import Settings
+from brb_pipeline.config import home as paths
+from brb_pipeline.stages.ingest import PEOPLE_SEPARATOR, people_table
+from brb_pipeline.search.query import run_search
+from brb_pipeline.orchestration.runner import instance_for, run_ingest, wipe_derived_events
+from brb_pipeline.config.settings import Settings
 from brb_pipeline_tests.bytescan import scan, summary
 
 _CELL = re.compile(r"(?<!\\)\|")
@@ -156,7 +156,7 @@ def test_an_unknown_name_fails_with_one_clear_line(home):
 
 
 def test_a_home_never_ingested_is_one_line_too(tmp_path):
-    from brb_pipeline.assets.jobs import backfill_contact
+    from brb_pipeline.orchestration.jobs import backfill_contact
 
     with pytest.raises(BrbError, match=r"^nothing ingested in .*: run `brb ingest` \(or materialize all\) first$"):
         backfill_contact(Settings(home=tmp_path / "empty"), "Ana")

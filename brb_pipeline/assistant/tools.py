@@ -2,7 +2,7 @@
 
 :class:`Home` opens everything at start (a missing home or key fails there, before the server
 answers anything): the store read-only with its chunks in memory (the :class:`~brb_pipeline.
-pipeline.query.Searcher` resident path), the embedding model, the contacts of ``brb.db`` and
+search.query.Searcher` resident path), the embedding model, the contacts of ``brb.db`` and
 the staged messages (:class:`.lines.Transcript`). Nothing here writes, except one search-log row
 per ``search`` call when the server was started with the log on (``brb mcp --log``).
 
@@ -25,7 +25,7 @@ from brb_pipeline.core.contacts import people_db
 from brb_pipeline.core import metadata
 from brb_pipeline.core.crypto import files
 from brb_pipeline.core.errors import BrbError
-from brb_pipeline.settings import Settings
+from brb_pipeline.config.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class Home:
     """One home's stores, open for a session of tool calls."""
 
     settings: Settings
-    searcher: Any  # pipeline.query.Searcher
+    searcher: Any  # search.query.Searcher
     transcript: Transcript
     contacts: list[dict[str, Any]]
     chunk_runs: dict[str, tuple[str, str]]  # chunk_id -> (first_message_id, last_message_id)
@@ -53,8 +53,8 @@ class Home:
     @classmethod
     def open(cls, s: Settings, *, log: bool = False, load: Callable[[Settings], Any] | None = None) -> Home:
         """Open the home (raises BrbError with one line: no store, no key, a wrong key)."""
-        from brb_pipeline.pipeline import paths
-        from brb_pipeline.pipeline.query import Searcher, require_store
+        from brb_pipeline.config import home as paths
+        from brb_pipeline.search.query import Searcher, require_store
 
         require_store(s)
         files.file_key(s.brb_db)  # an encrypted home without its key fails here, in one line
@@ -277,7 +277,7 @@ class Home:
     def status(self, arguments: dict[str, Any] | None) -> dict[str, Any]:
         from brb_pipeline.core.memory.tables import memory_counts
         from brb_pipeline.core.store import duck
-        from brb_pipeline.pipeline import keys
+        from brb_pipeline.keys import provider as keys
 
         Args("status", arguments, []).done()
         s = self.settings

@@ -208,7 +208,7 @@ def person_contact_ids(path: Path, names: Sequence[str], *, default_region: str 
 def partitions_table(path: Path) -> str:
     """A markdown table for the Dagster UI, one row per person: each conversation they take part
     in (its name, 1:1 or group) and the partition (batch) that holds it. Names are identities:
-    shown only where the home's Dagster metadata may hold them (``assets.results.safe_metadata``).
+    shown only where the home's Dagster metadata may hold them (``orchestration.results.safe_metadata``).
     """
     rows = ["| person | conversations (partition) |", "|---|---|"]
     with metadata.connect(path) as c:

@@ -6,18 +6,14 @@
 * :func:`passage_lines` reads a stored passage (``content``: ``Name (HH:MM): text`` lines) back
   into per-line ``sender``/``sender_handle``/``person_id``/``time``/``text``, given the
   conversation's members (search hits in ``--json``).
-* :func:`conversation_lines` renders messages (a conversation, or the messages of a passage) as
-  lines with their sender, time and message id, for callers that hold the messages themselves.
+
+The MCP server renders whole conversations with ``assistant.lines`` (sender, time and id per line).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import tzinfo
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    import polars as pl
+from typing import Any
 
 ME = "Me"
 UNKNOWN_SENDER = "Unknown"
@@ -74,30 +70,3 @@ def _line(line: str, ordered: list[str], labels: Mapping[str, tuple[str | None, 
                 "time": time, "text": text}
     return {"sender": None, "sender_handle": None, "person_id": None, "is_from_me": False, "time": None,
             "text": line}
-
-
-def conversation_lines(messages: pl.DataFrame, names: Mapping[str, str], *, tz: tzinfo | None = None,
-                       max_chars: int = 2000) -> list[dict[str, Any]]:
-    """Messages as readable lines with their senders, oldest first.
-
-    Args:
-        messages: MESSAGE_SCHEMA rows (any order; sorted here by ``ts`` then ``message_id``).
-        names: handle -> person display name (``people_db.handle_names``).
-        tz: zone the times are shown in (None: the machine's).
-        max_chars: a longer body continues on further lines, as in passages.
-
-    Returns:
-        One dict per message: ``message_id``, ``ts`` (ISO, UTC), ``sender``, ``sender_handle``,
-        ``is_from_me`` and ``text`` (its line(s) as a passage shows them, joined by newlines).
-    """
-    from brb_pipeline.core.chunking import message_lines  # chunking imports this module
-
-    out = []
-    for r in messages.sort(["ts", "message_id"], nulls_last=True).iter_rows(named=True):
-        who = speaker(r["is_from_me"], r["sender"], names)
-        local = r["ts"].astimezone(tz) if r["ts"] is not None else None
-        lines = message_lines(who, local, r["text"], r["attachments"] or 0, r["reactions"], max_chars)
-        out.append({"message_id": r["message_id"], "ts": r["ts"].isoformat() if r["ts"] else None,
-                    "sender": who, "sender_handle": None if r["is_from_me"] else r["sender"],
-                    "is_from_me": bool(r["is_from_me"]), "text": "\n".join(lines)})
-    return out

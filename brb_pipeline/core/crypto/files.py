@@ -1,7 +1,7 @@
 """Reading and writing the home's files, sealed when the home is encrypted.
 
 Which key (if any) a path takes is asked of the provider installed with
-:func:`set_key_provider` (``pipeline.keys`` installs one that reads the home's ``encryption.json``).
+:func:`set_key_provider` (``keys.provider`` installs one that reads the home's ``encryption.json``).
 Reads accept both forms: a sealed file is opened with the key, a plain one is read as it is (a
 plaintext home, or files made before the home was encrypted). Writes are atomic (a temp file
 renamed into place), so a killed process leaves the previous file or the new one, never half.
@@ -26,7 +26,8 @@ _provider: KeyProvider | None = None
 
 
 def set_key_provider(provider: KeyProvider | None) -> None:
-    """Install the function that maps a path to its home's data key (None: plaintext)."""
+    """Install the function that maps a path to its home's data key (the function returns None
+    for a plaintext home). Until one is installed, :func:`file_key` raises."""
     global _provider
     _provider = provider
 
@@ -37,7 +38,9 @@ def file_key(path: Path) -> bytes | None:
     Raises:
         EncryptionKeyError: the home is encrypted and its key is missing or wrong.
     """
-    return _provider(Path(path)) if _provider is not None else None
+    if _provider is None:  # a programming error: reading sealed bytes as plaintext would be worse
+        raise RuntimeError("no key provider installed: the entry point must call brb_pipeline.keys.install()")
+    return _provider(Path(path))
 
 
 def duckdb_key(path: Path) -> str | None:

@@ -47,7 +47,7 @@ class ClusterResult:
 
 
 def cluster_kwargs(settings: object) -> dict:
-    """Keyword arguments of :func:`cluster` from a ``brb_pipeline.settings.Settings``."""
+    """Keyword arguments of :func:`cluster` from a ``brb_pipeline.config.settings.Settings``."""
     return {
         "min_cluster_size": int(settings.hdbscan_min_cluster_size),  # type: ignore[attr-defined]
         "min_samples": int(settings.hdbscan_min_samples),  # type: ignore[attr-defined]

@@ -74,7 +74,7 @@ class Projection:
 
 
 def projection_kwargs(settings: object) -> dict:
-    """Keyword arguments of :func:`project` from a ``brb_pipeline.settings.Settings``."""
+    """Keyword arguments of :func:`project` from a ``brb_pipeline.config.settings.Settings``."""
     return {
         "pca_dim": int(settings.pca_dim),  # type: ignore[attr-defined]
         "n_neighbors": int(settings.umap_neighbors),  # type: ignore[attr-defined]

@@ -1,7 +1,7 @@
 """HNSW (vss) and BM25 (fts) indexes over the ``chunks`` table, built once after each load.
 
 Both indexes are dropped before a load and rebuilt afterwards (in the staging copy of the store
-that ``pipeline/store.py`` publishes only with both indexes built), never maintained per insert:
+that ``stages/store.py`` publishes only with both indexes built), never maintained per insert:
 an HNSW index built in one pass is faster to build and better connected, and DuckDB's FTS index
 is a static snapshot (new rows are invisible to it until it is rebuilt).
 

@@ -1,0 +1,3 @@
+from brb_pipeline.cli.app import main
+
+main()

@@ -1,0 +1,383 @@
+"""Unpartitioned analyzing stages: projection -> clusters -> cluster labels -> insights map.
+
+Each stage reports the "analyzing" progress of its part. The layout is placed after a small change
+and refitted otherwise (see :mod:`brb_pipeline.stages.insights_layout`). What a file was made
+from is kept in its Parquet key-value metadata (:mod:`brb_pipeline.stages.insights_io`), written
+atomically with the file.
+
+Labels are kept for a cluster whose membership still overlaps the one its label was made from
+by :data:`~brb_pipeline.core.insights.labels.LABEL_KEEP_OVERLAP` (Jaccard), so a few placed
+chunks do not send every touched cluster back to the labeler (an LLM call each with mlx-lm).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from brb_pipeline.core import faults, metadata
+from brb_pipeline.core.crypto import files
+from brb_pipeline.core.errors import BrbError, StoreError
+from brb_pipeline.core.insights.labels import (
+    ClusterDocs,
+    ClusterLabel,
+    LabelCache,
+    LabelChain,
+    keep_by_overlap,
+    label_clusters,
+    make_labeler,
+    representatives,
+)
+from brb_pipeline.core.insights.map import MapFiles, cluster_summary, summary_markdown, write_map
+from brb_pipeline.core.insights.projection import embedding_fingerprints
+from brb_pipeline.core.progress import Progress
+from brb_pipeline.keys import provider as keys
+from brb_pipeline.config import home as paths
+from brb_pipeline.stages.insights_io import (
+    FORMAT,
+    load_store,
+    load_store_with_model,
+    read_with_info,
+    write_with_info,
+)
+from brb_pipeline.stages.insights_layout import (
+    COORDS,
+    align_clusters,
+    hdbscan_clusters,
+    layout_settings,
+    place_clusters,
+    place_layout,
+    plan_layout,
+    refit_layout,
+)
+from brb_pipeline.config.settings import Settings
+
+log = logging.getLogger("brb")
+
+SNIPPET_CHARS = 140
+
+
+def _report(progress: Progress | None, percent: float, message: str) -> None:
+    """One "analyzing" update (the four stages share the stage's 0-100%)."""
+    if progress is not None:
+        progress.update("analyzing", percent, message)
+
+
+def run_projection(s: Settings, refit: bool = False, progress: Progress | None = None) -> dict[str, Any]:
+    """Lay out every chunk in 2-D and 3-D: place a few new chunks into the previous layout, or refit.
+
+    Args:
+        s: settings (layout parameters, ``insights_refit_share``).
+        refit: refit PCA -> UMAP even when placing would do.
+        progress: gets the stage's "analyzing" updates.
+
+    Returns:
+        JSON-able metadata: ``method`` ("refit" or "placed"), ``placed`` (chunks placed now),
+        ``placed_share`` (of the store), ``placed_since_refit``, ``refit_reason`` and timings.
+    """
+    t0 = time.perf_counter()
+    _report(progress, 5, "layout")
+    rows, emb, gen, model = load_store_with_model(s)
+    n = rows.height
+    ids = rows["chunk_id"] if n else pl.Series("chunk_id", [], dtype=pl.Utf8)
+    fps = embedding_fingerprints(emb) if n else np.zeros(0, np.uint64)
+    plan = plan_layout(s, ids, fps, model, refit)
+    base = {"embedding_model": model, "dim": int(emb.shape[1]) if emb.size else 0,
+            "layout": layout_settings(s), "chunks": n, "store_generation": gen, "format": FORMAT}
+    if plan.reason is None:
+        out, info, meta = place_layout(s, emb, ids, fps, plan)
+    else:
+        log.info("Projection - refit: %s", plan.reason)
+        out, info, meta = refit_layout(s, emb, ids, fps)
+        meta["refit_reason"] = plan.reason
+    faults.point("projection")
+    write_with_info(out, paths.projection(s), {**base, **info})
+    _report(progress, 55, f"layout {meta['method']}")
+    return {"chunks": n, "dim": base["dim"], **meta, "store_generation": gen,
+            "seconds": round(time.perf_counter() - t0, 3)}
+
+
+def run_clusters(s: Settings, refit: bool = False, progress: Progress | None = None) -> dict[str, Any]:
+    """Cluster ids for every chunk: placed chunks take their neighbours' majority, or HDBSCAN.
+
+    After a placed projection, chunks that kept their place keep their cluster id and each
+    placed chunk takes the majority cluster of its k most similar kept chunks (noise when most
+    of them are noise). After a refit (or with ``refit=True``): HDBSCAN on the 2-D layout, near-
+    duplicate clusters merged, close noise reassigned, ids kept stable across runs.
+
+    Args:
+        s: settings.
+        refit: recluster with HDBSCAN even after a placed projection.
+        progress: gets the stage's "analyzing" update.
+
+    Returns:
+        JSON-able metadata: ``method`` ("placed" or "hdbscan"), cluster count, noise shares.
+    """
+    t0 = time.perf_counter()
+    _report(progress, 60, "clustering")
+    rows, emb, _ = load_store(s)
+    fps = embedding_fingerprints(emb) if rows.height else np.zeros(0, np.uint64)
+    proj, pinfo = _current_projection(s, rows, fps)
+    prev_frame, cinfo = read_with_info(paths.clusters(s))
+    prev = dict(zip(prev_frame["chunk_id"].to_list(), prev_frame["cluster_id"].to_list())) \
+        if prev_frame is not None else {}
+    ids = rows["chunk_id"] if rows.height else pl.Series("chunk_id", [], dtype=pl.Utf8)
+    alignment = None if refit else align_clusters(ids, fps, prev_frame, pinfo, cinfo)
+    if rows.height == 0:
+        res_labels = np.zeros(0, dtype=np.int64)
+        info: dict[str, Any] = {"method": "hdbscan", "n_clusters": 0, "noise_before": 0.0, "noise_after": 0.0,
+                                "merged": 0}
+    elif alignment is not None:
+        res_labels, info = place_clusters(s, emb, alignment)
+    else:
+        res_labels, info = hdbscan_clusters(s, proj.select("x", "y").to_numpy(), emb, ids.to_list(), prev)
+    kept = len({int(c) for c in res_labels if c >= 0} & {int(c) for c in prev.values() if c >= 0})
+    out = pl.DataFrame({"chunk_id": ids, "cluster_id": res_labels.astype(np.int64), "emb_fp": fps},
+                       schema={"chunk_id": pl.Utf8, "cluster_id": pl.Int64, "emb_fp": pl.UInt64})
+    write_with_info(out, paths.clusters(s), {"format": FORMAT, "fit_id": pinfo.get("fit_id"), "method": info["method"]})
+    return {**info, "chunks": rows.height, "ids_kept_from_previous_run": kept,
+            "seconds": round(time.perf_counter() - t0, 3)}
+
+
+def _current_projection(s: Settings, rows: pl.DataFrame, fps: np.ndarray) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """The projection and its metadata, checked to be of the current store's chunks and embeddings.
+
+    Raises:
+        StoreError: no projection yet, or one older than the store.
+    """
+    proj, pinfo = read_with_info(paths.projection(s))
+    if proj is None:
+        raise StoreError("no projection yet: materialize `projection` first")
+    if proj.height != rows.height or (rows.height and proj["chunk_id"].to_list() != rows["chunk_id"].to_list()):
+        raise StoreError("the projection is older than the store: materialize `projection` again")
+    if "emb_fp" in proj.columns and not np.array_equal(proj["emb_fp"].to_numpy(), fps):
+        raise StoreError("the projection is older than the store: materialize `projection` again")
+    return proj, pinfo
+
+
+def default_labeler(s: Settings, embedder: Any | None = None) -> LabelChain:
+    """:func:`~brb_pipeline.core.insights.labels.make_labeler` with what the home provides: the
+    store's embedding model (``embedder``, loaded from the settings when None) and the contacts'
+    names from brb.db, which are never used in labels. Without a loadable embedding model the
+    labels are plain c-TF-IDF (logged)."""
+    names: list[str] = []
+    if s.brb_db.exists():
+        contacts = metadata.read_contacts(s.brb_db)
+        if "kind" in contacts.columns:  # group chats are named after topics ("Book club"), not people
+            contacts = contacts.filter(pl.col("kind") == "direct")
+        names = [n for n in contacts["display_name"].to_list() if n]
+    if embedder is None:
+        try:
+            from brb_pipeline.core.embedding.models import load_embedder
+
+            embedder = load_embedder(s)
+        except BrbError as e:
+            log.warning("Labels - no embedding model for label re-ranking (%s): c-TF-IDF labels only",
+                        type(e).__name__)
+    return make_labeler(s, embedder=embedder, names=names)
+
+
+def run_labels(s: Settings, labeler: LabelChain | None = None, embedder: Any | None = None,
+               progress: Progress | None = None) -> dict[str, Any]:
+    """A readable label per cluster, cached by cluster membership and labeler kind.
+
+    A cluster keeps its previous label while its membership overlaps the one that label was made
+    from by at least :data:`~brb_pipeline.core.insights.labels.LABEL_KEEP_OVERLAP` (Jaccard);
+    exact memberships seen before come from the label cache; only the rest are labelled again.
+
+    Args:
+        s: settings.
+        labeler: the labeler chain (default: :func:`default_labeler` with ``embedder``).
+        embedder: the store's embedding model, for the default labeler's re-rank (loaded from
+            the settings when None).
+        progress: gets the stage's "analyzing" update.
+    """
+    t0 = time.perf_counter()
+    _report(progress, 75, "labelling clusters")
+    docs, members = _cluster_docs(s)
+    labeler = labeler or default_labeler(s, embedder)
+    kind = labeler.kind
+    keep, bases = _keepable_labels(s, kind, members)
+    out, hits = label_clusters(labeler, docs, members, LabelCache(paths.label_cache(s)),
+                               reuse=keep) if docs else ([], 0)
+    table = pl.DataFrame({
+        "cluster_id": [lab.cluster_id for lab in out],
+        "label": [lab.label for lab in out],
+        "terms": [list(lab.terms) for lab in out],
+        "label_source": [lab.source for lab in out],
+        # the membership each label was made from: kept labels keep theirs
+        "made_from": [sorted(bases[lab.cluster_id]) if lab.cluster_id in keep else members[lab.cluster_id]
+                      for lab in out],
+    }, schema={"cluster_id": pl.Int64, "label": pl.Utf8, "terms": pl.List(pl.Utf8), "label_source": pl.Utf8,
+               "made_from": pl.List(pl.Utf8)})
+    faults.point("labels")
+    write_with_info(table, paths.cluster_labels(s), {"format": FORMAT, "labeler": kind})
+    return {
+        "clusters": len(out),
+        "labelled_now": len(out) - hits - len(keep),
+        "from_cache": hits,
+        "kept_by_overlap": len(keep),
+        "labeler": labeler.name,
+        "labeler_kind": kind,
+        "llm_fallbacks": sum(lab.source == "llm-fallback" for lab in out),
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+
+
+def _cluster_docs(s: Settings) -> tuple[list[ClusterDocs], dict[int, list[str]]]:
+    """What the labeler sees of each cluster (ids >= 0, ascending), and each cluster's chunk ids."""
+    rows, emb, _, store_model = load_store_with_model(s, ("chunk_id", "content"))
+    cl = files.read_parquet(paths.clusters(s))
+    labels = cl["cluster_id"].to_numpy() if cl.height else np.zeros(0, dtype=np.int64)
+    contents = rows["content"].to_list() if rows.height else []
+    ids = rows["chunk_id"].to_list() if rows.height else []
+    docs, members = [], {}
+    corpus_mean = emb.mean(axis=0) if emb.size else None
+    for cid in sorted({int(c) for c in labels if c >= 0}):
+        idx = np.flatnonzero(labels == cid)
+        members[cid] = [ids[i] for i in idx]
+        reps = representatives(emb, labels, cid, 8, s.seed)
+        docs.append(ClusterDocs(cid, [contents[i] for i in idx], [contents[i] for i in reps],
+                                centroid=emb[idx].mean(axis=0), centroid_model=store_model,
+                                corpus_mean=corpus_mean))
+    return docs, members
+
+
+def _keepable_labels(s: Settings, kind: str, members: dict[int, list[str]]
+                     ) -> tuple[dict[int, ClusterLabel], dict[int, set[str]]]:
+    """The previous run's labels still good for ``members`` (see
+    :func:`~brb_pipeline.core.insights.labels.keep_by_overlap`); none when they were made by
+    another labeler kind."""
+    prev, info = read_with_info(paths.cluster_labels(s))
+    if prev is None or info.get("labeler") != kind or "made_from" not in prev.columns:
+        return {}, {}
+    return keep_by_overlap(prev.iter_rows(named=True), members)
+
+
+#: ``run_map``'s metadata in an encrypted home, which keeps no map files (they hold snippets and names).
+MAP_WHEN_OPENED = "rendered when opened (`brb insights --open`): an encrypted home keeps no map files"
+MAP_TITLE = "brb — conversation map"
+
+
+def map_points(s: Settings) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(points, per-cluster summary) the map draws: the store's chunks (vectors not read) with the
+    staged layout, clusters and labels and the contacts' names.
+
+    Raises:
+        BrbError: no insights yet.
+    """
+    if not paths.cluster_labels(s).exists():
+        raise BrbError(f"no insights map in {s.home}: run `brb ingest` (or `brb demo`) first")
+    rows, _, _ = load_store(s, ("chunk_id", "contact_id", "start_ts", "content"), vectors=False)
+    proj = files.read_parquet(paths.projection(s))
+    cl = files.read_parquet(paths.clusters(s))
+    labels = files.read_parquet(paths.cluster_labels(s))
+    contacts = metadata.read_contacts(s.brb_db).select("contact_id", "display_name")
+    points = (
+        rows.select("chunk_id", "contact_id", "start_ts", "content")
+        .join(proj.select("chunk_id", *COORDS), on="chunk_id", how="left")
+        .join(cl.select("chunk_id", "cluster_id"), on="chunk_id", how="left")
+        .join(labels.select("cluster_id", "label"), on="cluster_id", how="left")
+        .join(contacts, on="contact_id", how="left")
+        .with_columns(
+            pl.col("label").fill_null("unclustered"),
+            pl.col("display_name").fill_null(pl.col("contact_id")).alias("contact"),
+            pl.col("start_ts").dt.strftime("%Y-%m-%d").alias("date"),
+            _snippet(pl.col("content")).alias("snippet"),
+        )
+        .select("chunk_id", "x", "y", pl.col("x3"), pl.col("y3"), pl.col("z3").alias("z"), "cluster_id", "label",
+                "contact", "date", "start_ts", "snippet", "content")  # content: sub-topics, never drawn
+    )
+    summary = cluster_summary(points)
+    summary = summary.join(labels.select("cluster_id", "terms", "label_source"), on="cluster_id", how="left") \
+        if "terms" not in summary.columns else summary
+    return points, summary
+
+
+def run_map(s: Settings, progress: Progress | None = None) -> dict[str, Any]:
+    """The per-cluster summary in brb.db, and the interactive 2-D/3-D map and a PNG preview in
+    ``<home>/insights`` (in an encrypted home no map file: :func:`private_map` draws it when it
+    is opened); ``progress`` gets the stage's "analyzing" updates (the last one at 100%)."""
+    t0 = time.perf_counter()
+    _report(progress, 85, "drawing the map")
+    points, summary = map_points(s)
+    metadata.replace_clusters(s.brb_db, summary)
+    if keys.encrypted(s.home):
+        written: dict[str, Any] = {"map": MAP_WHEN_OPENED}
+    else:
+        mf = write_map(s.insights_dir, points, summary, title=MAP_TITLE)
+        written = {"html": str(mf.html), "html_3d": str(mf.html_3d), "png": str(mf.png)}
+    faults.point("map_written")
+    clusters = int(summary.filter(pl.col("cluster_id") >= 0).height)
+    _report(progress, 100, f"{clusters} clusters")
+    return {
+        "clusters": clusters,
+        "points": points.height,
+        **written,
+        "summary_markdown": summary_markdown(summary),
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+
+
+def render_map(s: Settings, out_dir: Path) -> MapFiles:
+    """Draw the map (2-D and 3-D HTML, PNG) into ``out_dir`` from what the home keeps.
+
+    Raises:
+        BrbError: no insights yet, or ``out_dir`` inside an encrypted home.
+    """
+    out_dir = Path(out_dir).resolve()
+    if keys.encrypted(s.home) and out_dir.is_relative_to(Path(s.home).resolve()):
+        raise BrbError(f"{out_dir} is inside the encrypted home {s.home}: the map holds message snippets "
+                       "and names, write it elsewhere")
+    points, summary = map_points(s)
+    return write_map(out_dir, points, summary, title=MAP_TITLE)
+
+
+@contextmanager
+def private_map(s: Settings) -> Iterator[MapFiles]:
+    """The map drawn into a private temporary folder outside the home (mode 0700), deleted when
+    the block ends: how an encrypted home's map is opened.
+
+    Raises:
+        BrbError: no insights yet, or the temporary folder would be inside the home (``TMPDIR``).
+    """
+    d = Path(tempfile.mkdtemp(prefix="brb-map-"))
+    try:
+        yield render_map(s, d)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def run_insights(s: Settings, refit: bool = False, labeler: LabelChain | None = None,
+                 progress: Progress | None = None) -> dict[str, dict[str, Any]]:
+    """Every insights stage in order, outside Dagster (``brb insights --refit`` uses it).
+
+    Args:
+        s: settings.
+        refit: refit the layout and recluster even after a small change.
+        labeler: optional labeler chain (default: :func:`default_labeler`).
+        progress: gets the stages' "analyzing" updates, as the assets pass it.
+
+    Returns:
+        Stage name -> that stage's metadata.
+    """
+    return {
+        "projection": run_projection(s, refit=refit, progress=progress),
+        "clusters": run_clusters(s, refit=refit, progress=progress),
+        "cluster_labels": run_labels(s, labeler, progress=progress),
+        "insights_map": run_map(s, progress=progress),
+    }
+
+
+def _snippet(col: pl.Expr) -> pl.Expr:
+    """First message lines of a chunk, cut to SNIPPET_CHARS (for the map's hover only)."""
+    return col.str.slice(0, SNIPPET_CHARS).str.replace_all("\n", " · ")
