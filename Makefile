@@ -16,7 +16,7 @@ test-fast: setup
 
 # The self-contained benchmarks at their default sizes (each prints a table and writes JSON under
 # benchmarks/results/). The ones that read an ingested home (bench_retrieval, bench_oneshot,
-# bench_labels, bench_parent_child) and the hour-long bench_e2e are in the README's Benchmarks.
+# bench_labels, bench_parent_child) and the hour-long bench_e2e are in docs/benchmarks.md.
 bench: setup
 	bash benchmarks/setup_bench.sh
 	.venv/bin/python benchmarks/bench_typedstream.py

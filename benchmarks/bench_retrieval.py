@@ -3,7 +3,7 @@
 The questions (``benchmarks/questions/retrieval_{dev,test}.json``) were made by
 ``benchmarks/make_questions.py`` (targets picked by seed from the full demo corpus, written by a
 writer who saw only the worksheet, split once into dev and test before any tuning). Tune on
-``--half dev``; the README reports ``--half test`` only.
+``--half dev``; docs/search.md reports ``--half test`` only.
 
 Every variant runs against the same open store and the same questions, each changing one thing
 from the default (the mode, the fusion method or weight, merging, diversity). A hit is a returned

@@ -3,7 +3,7 @@
 Targets: 20 messages drawn with ``random.Random(29)`` from the home's unique 50-200 character
 messages with 6+ words of 4+ letters; 16 of them got a one-sentence paraphrase sharing at most
 one content word (written by the issue 29 session after seeing the targets, not by a blind
-writer). It is NOT held out: it was used once to reject a coverage variant (README, Search).
+writer). It is NOT held out: it was used once to reject a coverage variant (docs/search.md).
 Found = the target's text inside a top-5 passage.
 
     brb demo --messages 4000 --home /tmp/demo4k --no-encryption

@@ -4,7 +4,7 @@ Same math as ``mlx_embeddings.models.bert`` + mean pooling + L2 norm, arranged a
 Linux CPU backend does well (GEMMs, through OpenBLAS: see :mod:`brb_pipeline.core.embedding.blas`) and
 what it does badly: the GEMMs run at BLAS speed, while MLX's exact-erf GELU and ``mx.softmax``
 are scalar calls per element (also when ``mx.compile``-d), several times slower than numpy's SIMD
-exp/tanh over the same buffers (per-op figures: ``benchmarks/bench_embedding.py`` and the README).
+exp/tanh over the same buffers (per-op figures: ``benchmarks/bench_embedding.py`` and docs/benchmarks.md).
 
 What this forward does about it:
 
