@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from brb_pipeline.cli import main
+from brb_pipeline.cli.app import main
 from brb_pipeline.demo.generate import build_demo_archive
 
 CLI_ENV = {"BRB_EMBEDDING_MODEL": "hash", "BRB_HDBSCAN_MIN_CLUSTER_SIZE": "8"}
@@ -276,7 +276,7 @@ def noisy(s):
     import warnings; warnings.warn("stray warning")
     return orig(s)
 ingest.run_contacts = noisy
-from brb_pipeline.cli import main
+from brb_pipeline.cli.app import main
 sys.argv = ["brb"] + sys.argv[1:]
 main()
 """
@@ -321,7 +321,7 @@ def slow(self, texts):
 embedding.HashEmbedder.embed = slow
 import brb_pipeline.stages.embed as e
 e.EMBED_GROUP = 16
-from brb_pipeline.cli import main
+from brb_pipeline.cli.app import main
 sys.argv = ["brb"] + sys.argv[1:]
 main()
 """

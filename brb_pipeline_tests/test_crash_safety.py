@@ -110,7 +110,7 @@ def world(tmp_path_factory):
 
 @pytest.mark.parametrize("point", KILLS)
 def test_kill_at_every_point_leaves_a_usable_store_and_a_rerun_converges(world, point):
-    from brb_pipeline.cli import status_dict
+    from brb_pipeline.cli.app import status_dict
     from brb_pipeline.config.settings import Settings
 
     home = copy_home(world["template"], world["root"] / f"kill-{point.replace('@', '-')}")

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 from dagster._serdes import serialize_value
 
-from brb_pipeline.cli import main
+from brb_pipeline.cli.app import main
 from brb_pipeline.core import metadata
 from brb_pipeline.core.crypto import files
 from brb_pipeline.core.embedding.models import HashEmbedder

@@ -19,7 +19,7 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from brb_pipeline.cli import main
+from brb_pipeline.cli.app import main
 from brb_pipeline.core.store import duck
 from brb_pipeline.core.store import chunks as store
 from brb_pipeline.core.insights.clustering import vote_by_neighbours

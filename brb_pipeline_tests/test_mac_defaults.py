@@ -26,7 +26,7 @@ import sys
 import brb_pipeline.config.settings as st
 orig = st.platform_default_sources
 st.platform_default_sources = lambda home_dir, platform: orig(home_dir, "darwin")
-from brb_pipeline.cli import main
+from brb_pipeline.cli.app import main
 sys.argv = ["brb"] + sys.argv[1:]
 main()
 """

@@ -32,7 +32,7 @@ orig = embedding.HashEmbedder.embed
 def patched(self, texts):
 {body}
 embedding.HashEmbedder.embed = patched
-from brb_pipeline.cli import main
+from brb_pipeline.cli.app import main
 sys.argv = ["brb"] + sys.argv[1:]
 main()
 """
@@ -47,7 +47,7 @@ def slow(con):
 index.build_fts = slow
 import brb_pipeline.stages.store as st
 st.build_fts = slow
-from brb_pipeline.cli import main
+from brb_pipeline.cli.app import main
 sys.argv = ["brb"] + sys.argv[1:]
 main()
 """
