@@ -64,7 +64,6 @@ from brb_pipeline.core.progress import STAGES, Progress  # noqa: E402
 from brb_pipeline.stages import embed as embed_stage  # noqa: E402
 from brb_pipeline.stages import ingest as ingest_stage  # noqa: E402
 from brb_pipeline.stages import insights as insights_stage  # noqa: E402
-from brb_pipeline.config import home as paths  # noqa: E402
 from brb_pipeline.stages import store as store_stage  # noqa: E402
 from brb_pipeline.config.settings import DEFAULT_MODEL, Settings  # noqa: E402
 
@@ -336,7 +335,7 @@ def count_tokens(s: Settings, embedder: Any, texts: list[str]) -> tuple[int | No
 
 def all_chunks(s: Settings) -> pl.DataFrame:
     """Every batch's chunk file, in batch order (the order the pipeline embedded them)."""
-    frames = [files.read_parquet(p) for b in metadata.all_batches(s.brb_db) if (p := paths.chunks(s, b["batch"])).exists()]
+    frames = [files.read_parquet(p) for b in metadata.all_batches(s.brb_db) if (p := s.paths.chunks(b["batch"])).exists()]
     return pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame()
 
 
@@ -434,7 +433,7 @@ def append_messages(s: Settings, chat_db: Path, n_new: int, *, contacts: int = 3
     """
     from brb_pipeline.demo.chatdb_writer import _register_trigger_functions, apple_time
 
-    msgs = files.read_parquet(paths.messages(s), columns=["chat_id", "contact_id", "batch", "ts", "text", "channel"])
+    msgs = files.read_parquet(s.paths.messages, columns=["chat_id", "contact_id", "batch", "ts", "text", "channel"])
     people = metadata.read_contacts(s.brb_db)
     direct = set(people.filter(pl.col("kind") == "direct")["contact_id"].to_list()) if "kind" in people.columns else set()
     per_chat = (msgs.filter((pl.col("channel") == "imessage") & pl.col("contact_id").is_in(list(direct))
@@ -511,7 +510,7 @@ def load_model(s: Settings) -> tuple[Any, float]:
     from brb_pipeline.core.embedding.models import load_embedder
 
     t = time.perf_counter()
-    emb = load_embedder(s)
+    emb = load_embedder(s.embedding)
     return emb, round(time.perf_counter() - t, 3)
 
 

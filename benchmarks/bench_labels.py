@@ -92,7 +92,7 @@ def main() -> None:
     ap.add_argument("--candidates", type=int, default=30)
     args = ap.parse_args()
     s = Settings.load(args.home)
-    embedder = load_embedder(s)
+    embedder = load_embedder(s.embedding)
     docs, cents, model, names = cluster_docs(s)
     if model != embedder.model_id:
         sys.exit(f"brb: error: the store was embedded with {model}, the settings load {embedder.model_id}")

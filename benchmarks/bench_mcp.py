@@ -146,7 +146,7 @@ def real_query_embedding(home: Path, queries: list[dict], model: str | None) -> 
     from brb_pipeline.config.settings import DEFAULT_MODEL, Settings
 
     s = Settings.load(home, embedding_model=model or DEFAULT_MODEL)
-    emb = load_embedder(s)
+    emb = load_embedder(s.embedding)
     for q in queries[:5]:
         emb.embed_query(q["query"])
     times = []

@@ -102,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from brb_pipeline.search.query import contact_refs
 
     s = Settings.load(args.home)
-    embedder = load_embedder(s)
+    embedder = load_embedder(s.embedding)
     con = duck.connect(s.duckdb_path, read_only=True)
     try:
         tbl = con.execute("SELECT chunk_id, contact_id, chat_id, conversation, start_ts, end_ts, first_message_id, "

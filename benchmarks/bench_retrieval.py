@@ -404,7 +404,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     relevant = relevant_chunks(chunk_members(chunks, messages), resolved)
     contact_of = dict(messages.select("message_id", "contact_id").iter_rows())
     target_contact = {qid: (contact_of.get(pairs[0][1]) if pairs else None) for qid, pairs in resolved.items()}
-    embedder = CachedEmbedder(load_embedder(s))
+    embedder = CachedEmbedder(load_embedder(s.embedding))
     if stored_model and stored_model != embedder.model_id:
         raise SystemExit(f"the store in {args.home} was embedded with {stored_model}, not {embedder.model_id}")
     print(f"store: {chunks.height:,} chunks, {messages.height:,} messages, model {stored_model}; "

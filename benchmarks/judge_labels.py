@@ -85,7 +85,7 @@ def score(s: Settings) -> None:
     ref = {int(k): v for k, v in frozen["clusters"].items()}
     docs, _, _, names = cluster_docs(s)
     bad = name_tokens(names) | FILLER
-    embedder = load_embedder(s)
+    embedder = load_embedder(s.embedding)
     columns = {}
     chains = {"c-TF-IDF": LabelChain(TfidfLabeler(names=names)),
               "refined (the pipeline's)": LabelChain(

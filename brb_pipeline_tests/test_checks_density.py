@@ -17,7 +17,6 @@ from brb_pipeline.core.embedding.models import HashEmbedder
 from brb_pipeline.core.store import duck
 from brb_pipeline.demo.generate import build_demo_archive
 from brb_pipeline.stages import embed
-from brb_pipeline.config import home as paths
 from brb_pipeline.orchestration.runner import run_ingest
 from brb_pipeline.config.settings import Settings
 
@@ -39,7 +38,7 @@ def _ingest(root, archive, imessage: bool) -> Settings:
 def _check(s: Settings) -> tuple[bool, dict]:
     con = duck.connect(s.duckdb_path, read_only=True)
     try:
-        return checks.chunk_count_sane(con, files.scan_parquet(paths.messages(s)), embed.chunk_params(s))
+        return checks.chunk_count_sane(con, files.scan_parquet(s.paths.messages), embed.chunk_params(s))
     finally:
         con.close()
 
@@ -47,7 +46,7 @@ def _check(s: Settings) -> tuple[bool, dict]:
 @pytest.mark.parametrize("imessage", [False, True], ids=["mail-only", "mail-heavy"])
 def test_mail_homes_ingest_and_the_check_fits_them(tmp_path, archive, imessage):
     s = _ingest(tmp_path, archive, imessage)
-    channels = files.scan_parquet(paths.messages(s)).group_by("channel").len().collect()
+    channels = files.scan_parquet(s.paths.messages).group_by("channel").len().collect()
     per = dict(channels.iter_rows())
     assert per["mail"] >= 500 and per.get("imessage", 0) < per["mail"]
     assert set(per) == ({"imessage", "mail"} if imessage else {"mail"})
@@ -55,7 +54,7 @@ def test_mail_homes_ingest_and_the_check_fits_them(tmp_path, archive, imessage):
     assert ok and d["duplicate_ids"] == 0 and d["chunks"] <= d["windows"]
     # the density the old rule refused: more chunks than messages / 2 + 10
     assert d["chunks"] > d["messages"] / 2 + 10
-    assert s.duckdb_path.exists() and not paths.store_next(s).exists()
+    assert s.duckdb_path.exists() and not s.paths.store_next.exists()
 
 
 def test_the_check_still_catches_chunks_loaded_twice(tmp_path, archive):
@@ -105,6 +104,6 @@ def test_brb_demo_with_a_larger_mailbox_ingests(tmp_path):
     assert r.exit_code == 0, r.stderr[-2000:]
     st = json.loads(r.stdout)
     assert st["channels"]["mail"] is True and st["search_ready"] and st["messages"] > 600
-    per = dict(files.scan_parquet(paths.messages(Settings(home=tmp_path / "demo"))).group_by("channel").len()
+    per = dict(files.scan_parquet(Settings(home=tmp_path / "demo").paths.messages).group_by("channel").len()
                .collect().iter_rows())
     assert per["mail"] >= 400 > per["imessage"]

@@ -217,9 +217,9 @@ def test_hash_embedder_is_deterministic_and_honest():
 
 
 def test_load_embedder_from_settings(tmp_path):
-    emb = load_embedder(Settings(home=tmp_path, embedding_model="hash"))
+    emb = load_embedder(Settings(home=tmp_path, embedding_model="hash").embedding)
     assert isinstance(emb, HashEmbedder) and emb.dim == 384
-    assert load_embedder(Settings(home=tmp_path, embedding_model="hash-64")).dim == 64
+    assert load_embedder(Settings(home=tmp_path, embedding_model="hash-64").embedding).dim == 64
 
 
 @pytest.mark.parametrize("name", [

@@ -48,14 +48,14 @@ def quantized_dir(tmp_path_factory, cpu_fast) -> Path:
 def test_one_spec_and_one_cache_for_every_caller(tmp_path, monkeypatch):
     monkeypatch.setenv("BRB_EMBEDDING_DEVICE", "cpu")
     s = Settings.load(tmp_path, embedding_model="hash-48")
-    spec = EmbedderSpec.of(s)
+    spec = s.embedding
     assert spec == EmbedderSpec(model="hash-48", backend="fast", max_tokens=256, token_budget=8192, device="cpu")
-    emb = load_embedder(s)
+    emb = load_embedder(s.embedding)
     assert load_embedder(spec) is emb and Runtime().embedder(s) is emb
     assert configured_model_id(s) == emb.model_id == "hash-48"
     given = models.HashEmbedder(dim=8)
     assert Runtime(embedder=given).embedder(s) is given
-    assert load_embedder(Settings.load(tmp_path, embedding_model="hash-64")) is not emb
+    assert load_embedder(Settings.load(tmp_path, embedding_model="hash-64").embedding) is not emb
 
 
 def test_a_shared_embedder_works_from_another_thread(cpu_fast):

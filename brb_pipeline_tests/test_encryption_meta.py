@@ -24,7 +24,6 @@ from brb_pipeline.core.records.handles import normalize_handle
 from brb_pipeline.core.search.log import clear_log, log_search, read_log
 from brb_pipeline.stages import ingest
 from brb_pipeline.keys import provider as keys
-from brb_pipeline.config import home as paths
 from brb_pipeline.privacy.forgotten import remember
 from brb_pipeline.privacy.forget import forget_contacts
 from brb_pipeline.config.settings import Settings
@@ -229,10 +228,10 @@ def test_sealed_snapshot_holds_no_plaintext_and_parses_the_same(tmp_path, monkey
     ingest.run_parse(sealed)
     ingest.run_contacts(sealed)
 
-    parsed = files.read_parquet(paths.parsed_messages(plain))
+    parsed = files.read_parquet(plain.paths.parsed_messages)
     assert parsed["channel"].unique().sort().to_list() == ["imessage", "mail", "whatsapp"]
-    assert files.read_parquet(paths.parsed_messages(sealed)).equals(parsed)
-    assert files.read_parquet(paths.parsed_chats(sealed)).equals(files.read_parquet(paths.parsed_chats(plain)))
+    assert files.read_parquet(sealed.paths.parsed_messages).equals(parsed)
+    assert files.read_parquet(sealed.paths.parsed_chats).equals(files.read_parquet(plain.paths.parsed_chats))
     assert metadata.read_contacts(sealed.brb_db).equals(metadata.read_contacts(plain.brb_db))  # AddressBook names too
 
     texts = parsed.filter(pl.col("text").str.len_chars() > 25)["text"].unique().sort().to_list()[:40]
@@ -251,7 +250,7 @@ def test_forgotten_person_is_scrubbed_from_sealed_copies(tmp_path, monkeypatch, 
     s = _home(tmp_path, monkeypatch, True, **_sources(archive))
     ingest.run_snapshot(s)
     ingest.run_parse(s)
-    parsed = files.read_parquet(paths.parsed_messages(s))
+    parsed = files.read_parquet(s.paths.parsed_messages)
     address = parsed.filter(pl.col("channel") == "mail")["sender"].drop_nulls()[0]  # also an iMessage handle
     snap = s.snapshot_dir
     assert address in {h for (h,) in _memory_db(s, snap / "chat.db").execute("SELECT id FROM handle")}
@@ -271,6 +270,6 @@ def test_forgotten_person_is_scrubbed_from_sealed_copies(tmp_path, monkeypatch, 
     bodies = [ingest.snapshot_io(s).read(p) for p in snap.rglob("*.emlx")]
     assert bodies and not [b for b in bodies if address.lower().encode() in b.lower()]
     ingest.run_parse(s)
-    again = files.read_parquet(paths.parsed_messages(s))
+    again = files.read_parquet(s.paths.parsed_messages)
     assert 0 < again.height < parsed.height and address not in again["sender"].drop_nulls().to_list()
     assert all(files.sealed(p) for p in snap.rglob("*") if p.is_file() and p.name != "manifest.json")

@@ -22,7 +22,6 @@ from brb_pipeline.core.embedding.models import HashEmbedder
 from brb_pipeline.core.memory.generate import ScriptedGenerator
 from brb_pipeline.demo.generate import build_demo_archive
 from brb_pipeline.keys import provider as keys
-from brb_pipeline.config import home as paths
 from brb_pipeline.stages.insights import MAP_WHEN_OPENED
 from brb_pipeline.orchestration.runner import instance_for, run_ingest
 from brb_pipeline.config.settings import Settings
@@ -61,10 +60,10 @@ def _needles(s: Settings) -> dict[str, list[str]]:
     named = contacts.filter(contacts["name_source"] == "addressbook")
     names = sorted(named["display_name"].to_list(), key=len, reverse=True)[:4]
     handles = sorted({h for hs in named["handles"].to_list() for h in hs if len(h) >= 8})[:4]
-    texts = [t for t in files.read_parquet(paths.messages(s), columns=["text"])["text"].to_list()
+    texts = [t for t in files.read_parquet(s.paths.messages, columns=["text"])["text"].to_list()
              if t and len(t) >= 40]
     phrases = [t[8:36] for t in sorted(texts, key=len, reverse=True)[:4]]
-    labels = [lab for lab in files.read_parquet(paths.cluster_labels(s))["label"].to_list() if len(lab) >= 8][:3]
+    labels = [lab for lab in files.read_parquet(s.paths.cluster_labels)["label"].to_list() if len(lab) >= 8][:3]
     assert names and handles and len(phrases) == 4 and labels
     return {"names": names, "handles": handles, "phrases": phrases + [PROMISE], "labels": labels}
 

@@ -25,7 +25,6 @@ from brb_pipeline.core.store.compact import compact_without
 from brb_pipeline.core.store.topic_index import TOPIC_HNSW, TOPIC_VECTORS, index_topics, topic_index_due
 from brb_pipeline.keys import provider as keys
 from brb_pipeline.stages import store as stages
-from brb_pipeline.config.home import store_next
 from brb_pipeline.config.settings import Settings
 from brb_pipeline_tests.test_memory_search import _add_topics
 from brb_pipeline_tests.test_store import make_chunks
@@ -239,7 +238,7 @@ def test_index_stages_publish_an_encrypted_copy(tmp_path, monkeypatch):
     for stage in (stages.run_vector_index, stages.run_text_index):
         meta = stage(s, force=True, **({"embedder": lambda _s: EMB} if stage is stages.run_vector_index else {}))
         assert meta["rebuilt"] and meta["published"], meta
-    assert not store_next(s).exists()
+    assert not s.paths.store_next.exists()
     assert stages.run_vector_index(s, embedder=lambda _s: pytest.fail("up to date"))["reason"].startswith("store")
     con = duck.connect(s.duckdb_path, read_only=True)
     try:

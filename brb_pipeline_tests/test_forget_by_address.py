@@ -21,7 +21,6 @@ from brb_pipeline.core.contacts.lookup import find_contacts
 from brb_pipeline.core.embedding.models import HashEmbedder
 from brb_pipeline.core.errors import BrbError
 from brb_pipeline.demo.mail_writer import MailRecord, rfc822, write_mail_store
-from brb_pipeline.config import home as paths
 from brb_pipeline.privacy.forgotten import forgotten_rules, key_file
 from brb_pipeline.keys.keystore import home_path_id
 from brb_pipeline.orchestration.runner import run_ingest
@@ -77,7 +76,7 @@ def _contacts(s: Settings) -> dict[str, dict]:
 
 
 def _senders(s: Settings) -> set[str]:
-    return set(pl.read_parquet(paths.messages(s))["sender"].drop_nulls())
+    return set(pl.read_parquet(s.paths.messages)["sender"].drop_nulls())
 
 
 def test_an_exact_address_is_that_person_and_a_thread_never_is(home):

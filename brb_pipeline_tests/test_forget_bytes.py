@@ -224,7 +224,6 @@ def test_a_lost_key_is_an_error_not_a_silent_resurrection(tmp_path, monkeypatch)
 def mail_world(tmp_path_factory):
     """A home ingested with Mail on, and the partner of the demo's kayak thread (a direct mail
     thread; they are also a recipient in the book-club group thread, where they never write)."""
-    from brb_pipeline.config import home as paths
     from brb_pipeline.config.settings import Settings
 
     root = tmp_path_factory.mktemp("forget_mail")
@@ -235,7 +234,7 @@ def mail_world(tmp_path_factory):
             "--mail", str(archive.mail_dir), "--progress", "none")
     r = brb("ingest", *args, home=home, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
-    msgs = pl.read_parquet(paths.messages(Settings(home=home)))
+    msgs = pl.read_parquet(Settings(home=home).paths.messages)
     (cid,) = msgs.filter(pl.col("chat_id") == "mail:1")["contact_id"].unique().to_list()
     con = sqlite3.connect(home / "brb.db")
     name, handles = con.execute("SELECT display_name, handles_json FROM contacts WHERE contact_id = ?", (cid,)).fetchone()

@@ -23,7 +23,6 @@ from brb_pipeline.core.embedding.models import HashEmbedder
 from brb_pipeline.demo.generate import build_demo_archive
 from brb_pipeline.privacy import forget
 from brb_pipeline.stages import embed, ingest
-from brb_pipeline.config import home as paths
 from brb_pipeline.stages.incremental import pending_work
 from brb_pipeline.privacy.forget import forget_contacts
 from brb_pipeline.stages.store import run_load
@@ -157,14 +156,14 @@ def test_other_vectors_reads_matching_rows_of_other_batches_and_retired(tmp_path
     write(chunks_dir / "batch=batch-000.parquet", ["own partition"], config)
     retired = embed.retire_vectors(s, "batch-003", dict(zip(["gone", "kept"], emb.embed(["gone", "kept"]))),
                                    ["kept"], config)
-    assert retired == 1 and paths.retired(s, "batch-003").exists()
+    assert retired == 1 and s.paths.retired("batch-003").exists()
     wanted = {"t1", "t7", "t8", "gone", "own partition", "other model", "nowhere"}
     found = embed.other_vectors(s, "batch-000", wanted, config, 8)
     assert sorted(found) == ["gone", "t1", "t7", "t8"]
     for text, v in found.items():
         np.testing.assert_array_equal(v, emb.embed([text])[0])
     assert embed.other_vectors(s, "batch-000", wanted, config, 16) == {}  # another dimension
-    assert forget.drop_retired(s) == 1 and not paths.retired_dir(s).exists()
+    assert forget.drop_retired(s) == 1 and not s.paths.retired_dir.exists()
 
 
 def test_other_vectors_searches_only_partitions_holding_the_batch_contacts(tmp_path):
@@ -190,7 +189,7 @@ def _settings(home, archive):
 def _partitions(s) -> pl.DataFrame:
     """(batch, contact_id, embedding_text, embedding (n, 64)) of every current partition."""
     keys = [b["batch"] for b in metadata.all_batches(s.brb_db)]
-    frames = [pl.read_parquet(paths.partition(s, b),
+    frames = [pl.read_parquet(s.paths.partition(b),
                               columns=["batch", "contact_id", "embedding_text", "embedding"]) for b in keys]
     return pl.concat(frames)
 
@@ -205,7 +204,7 @@ def _jump_to_the_top(s, archive) -> tuple[dict, dict]:
     jumper = contacts.filter(pl.col("kind") == "direct").row(-1, named=True)
     leaver = contacts.row(s.top_contacts - 1, named=True)
     assert jumper["rank"] >= s.top_contacts + 2  # well inside the rest tier: many ranks shift
-    msgs = pl.read_parquet(paths.messages(s)).filter(pl.col("contact_id") == jumper["contact_id"])
+    msgs = pl.read_parquet(s.paths.messages).filter(pl.col("contact_id") == jumper["contact_id"])
     chat_guid = msgs["chat_id"][0].split(":", 1)[1]
     n = int(contacts["messages"].max()) + 20
     texts = [f"day {i} of the zanzibar trip, snorkeling log number {i}" for i in range(n)]
@@ -240,7 +239,7 @@ def test_reingest_embeds_only_new_text_when_contacts_change_batch(tmp_path):
     assert emb.texts == int(new_text.sum()) > 0  # ...were not embedded again: only new text was
     fresh = HashEmbedder(dim=64).embed(after["embedding_text"].to_list())
     np.testing.assert_allclose(after["embedding"].to_numpy(), fresh, rtol=0, atol=1e-6)
-    assert not paths.retired_dir(s).exists()  # the load cleared the cache of retired vectors
+    assert not s.paths.retired_dir.exists()  # the load cleared the cache of retired vectors
 
 
 def _stages(s, emb) -> dict[str, dict]:
@@ -251,7 +250,7 @@ def _stages(s, emb) -> dict[str, dict]:
     keys, changed, _ = ingest.run_batches(s, emb.model_id)
     todo = pending_work(s, emb.model_id)["to_embed"]  # what the runner runs
     # the changed batches run_batches reports (display metadata) plus those without a partition
-    assert todo == sorted(set(changed) | {b for b in keys if not paths.partition(s, b).exists()})
+    assert todo == sorted(set(changed) | {b for b in keys if not s.paths.partition(b).exists()})
     out = {}
     for b in todo:
         embed.run_chunk(s, b, emb.document_prefix)
@@ -279,11 +278,11 @@ def test_moved_vectors_come_from_other_batches_and_retired_files_and_forget_clea
     # and found by the jumper's old batch, embedded after it.
     assert leaver["batch"] < jumper["batch"] and metas[leaver["batch"]]["vectors_retired"] > 0
     leaver_rows = before.filter(pl.col("contact_id") == leaver["contact_id"])
-    retired = pl.read_parquet(paths.retired(s, leaver["batch"]))
+    retired = pl.read_parquet(s.paths.retired(leaver["batch"]))
     assert set(leaver_rows["embedding_text"]) <= set(retired["embedding_text"])
 
     report = forget_contacts(s, [leaver["contact_id"]])
-    assert report["retired_removed"] == 1 and not paths.retired_dir(s).exists()
+    assert report["retired_removed"] == 1 and not s.paths.retired_dir.exists()
     # no staging Parquet (partitions, chunked, retired, parsed) keeps the leaver's chunk text
     gone = set(leaver_rows["embedding_text"])
     assert gone
@@ -302,17 +301,17 @@ def test_stale_partitions_are_filtered_by_forget_and_pruned_at_load(tmp_path):
     run_ingest(s, embedder=CountingEmbedder(), analyze=False)
     person = metadata.read_contacts(s.brb_db).filter(pl.col("kind") == "direct").row(0, named=True)
     stale = "batch-099"  # as a batch that was emptied (its contacts left) would leave behind
-    for src, dst in ((paths.partition(s, person["batch"]), paths.partition(s, stale)),
-                     (paths.chunks(s, person["batch"]), paths.chunks(s, stale))):
+    for src, dst in ((s.paths.partition(person["batch"]), s.paths.partition(stale)),
+                     (s.paths.chunks(person["batch"]), s.paths.chunks(stale))):
         shutil.copy(src, dst)
-    texts = set(pl.read_parquet(paths.chunks(s, stale)).filter(pl.col("contact_id") == person["contact_id"])["content"])
+    texts = set(pl.read_parquet(s.paths.chunks(stale)).filter(pl.col("contact_id") == person["contact_id"])["content"])
     assert texts
 
     forget_contacts(s, [person["contact_id"]])
-    for p in (paths.partition(s, stale), paths.chunks(s, stale)):
+    for p in (s.paths.partition(stale), s.paths.chunks(stale)):
         assert not texts & set(pl.read_parquet(p, columns=["content"])["content"]), p
 
     res = run_load(s)
     assert res["staged_files_pruned"] >= 2
-    assert not paths.partition(s, stale).exists() and not paths.chunks(s, stale).exists()
-    assert paths.partition(s, person["batch"]).exists()  # live batches are kept
+    assert not s.paths.partition(stale).exists() and not s.paths.chunks(stale).exists()
+    assert s.paths.partition(person["batch"]).exists()  # live batches are kept

@@ -376,9 +376,11 @@ def test_make_labeler_follows_settings(tmp_path):
     from brb_pipeline.core.insights.labels import make_labeler
     from brb_pipeline.config.settings import Settings
 
-    plain = make_labeler(Settings(home=tmp_path))
+    s = Settings(home=tmp_path)
+    plain = make_labeler(s.labeler_model_path, seed=s.seed)
     assert isinstance(plain.base, TfidfLabeler) and plain.refiners == ()
-    chain = make_labeler(Settings(home=tmp_path, labeler_model_path=tmp_path / "m", seed=7))
+    s = Settings(home=tmp_path, labeler_model_path=tmp_path / "m", seed=7)
+    chain = make_labeler(s.labeler_model_path, seed=s.seed)
     (llm,) = chain.refiners
     assert isinstance(chain.base, TfidfLabeler)
     assert isinstance(llm, MLXLMLabeler) and llm.model_path == tmp_path / "m" and llm.seed == 7
@@ -605,14 +607,13 @@ def test_refiner_is_asked_only_about_changed_clusters(tmp_path):
 
 def test_make_labeler_chains_the_embedding_rerank(tmp_path):
     from brb_pipeline.core.insights.labels import EmbeddingLabeler, make_labeler
-    from brb_pipeline.config.settings import Settings
 
     embedder = TableEmbedder({})
-    plain = make_labeler(Settings(home=tmp_path), embedder=embedder, names=["Théo Dubois"])
+    plain = make_labeler(None, embedder=embedder, names=["Théo Dubois"])
     (rerank,) = plain.refiners
     assert isinstance(rerank, EmbeddingLabeler) and rerank.embedder is embedder
     assert plain.base.names == {"théo", "dubois"} == rerank.names
     assert plain.base.n_terms == rerank.candidates  # the re-rank sees all its candidates
-    llm = make_labeler(Settings(home=tmp_path, labeler_model_path=tmp_path / "m"), embedder=embedder)
+    llm = make_labeler(tmp_path / "m", embedder=embedder)
     assert [type(r) for r in llm.refiners] == [EmbeddingLabeler, MLXLMLabeler]
     assert llm.name == "MLXLMLabeler" and plain.name == "EmbeddingLabeler"

@@ -156,7 +156,6 @@ def _one_batch_per_row_group(path: Path) -> bool:
 
 def test_forget_keeps_the_messages_file_grouped_by_batch(tmp_path, demo_archive_small):
     from brb_pipeline.stages import embed, ingest
-    from brb_pipeline.config import home as paths
     from brb_pipeline.privacy import forget as privacy
     from brb_pipeline.config.settings import Settings
 
@@ -165,14 +164,14 @@ def test_forget_keeps_the_messages_file_grouped_by_batch(tmp_path, demo_archive_
     ingest.run_snapshot(s)
     ingest.run_parse(s)
     ingest.run_contacts(s)
-    before = pl.read_parquet(paths.messages(s))
-    assert _one_batch_per_row_group(paths.messages(s)) and before["batch"].n_unique() > 1
+    before = pl.read_parquet(s.paths.messages)
+    assert _one_batch_per_row_group(s.paths.messages) and before["batch"].n_unique() > 1
     contacts = metadata.read_contacts(s.brb_db).filter(pl.col("kind") == "direct")
     gone = contacts["contact_id"][1]
     privacy.forget_contacts(s, [gone])
-    after = pl.read_parquet(paths.messages(s))
+    after = pl.read_parquet(s.paths.messages)
     assert gone not in after["contact_id"].to_list() and after.height < before.height
-    assert _one_batch_per_row_group(paths.messages(s))
+    assert _one_batch_per_row_group(s.paths.messages)
     for b in after["batch"].unique().to_list():
         assert embed.batch_messages(s, b).equals(after.filter(pl.col("batch") == b))
 

@@ -16,7 +16,6 @@ from brb_pipeline.core.errors import DatabaseLockedError, NotADatabaseError, Sou
 from brb_pipeline.core.records import CHAT_SCHEMA, MESSAGE_SCHEMA, Person
 from brb_pipeline.demo.mail_writer import MAIL_ONLY_PHRASE, MailRecord, rfc822, write_mail_store
 from brb_pipeline.stages import ingest
-from brb_pipeline.config import home as paths
 from brb_pipeline.config.settings import Settings, default_mail_dir
 from brb_pipeline.sources.imessage import read_imessage
 from brb_pipeline.sources.mail import locate_envelope_index, read_mail
@@ -260,10 +259,10 @@ def test_mail_off_is_never_opened(tmp_path, demo_archive_small):
                  addressbook_dir=demo_archive_small.addressbook_dir, embedding_model="hash")
     ingest.run_snapshot(s)
     ingest.run_parse(s)
-    manifest = json.loads(paths.snapshot_manifest(s).read_text())
+    manifest = json.loads(s.paths.snapshot_manifest.read_text())
     assert manifest["mail_db"] is None and not (s.snapshot_dir / "Mail").exists()
     assert manifest["channels"]["mail"] is False
-    assert "mail" not in pl.read_parquet(paths.parsed_messages(s)).get_column("channel").to_list()
+    assert "mail" not in pl.read_parquet(s.paths.parsed_messages).get_column("channel").to_list()
     on = Settings(home=tmp_path / "home2", chat_db=demo_archive_small.chat_db, mail_dir=bad, mail_enabled=True)
     with pytest.raises(NotADatabaseError) as e:  # turned on, the same folder is read (and refused)
         ingest.run_snapshot(on)
@@ -292,11 +291,11 @@ def test_demo_ingest_with_mail_finds_a_mail_only_phrase(mail_home):
 
     s, archive = mail_home
     assert archive.counts["mail_expected_messages"] == 8
-    parsed = pl.read_parquet(paths.parsed_messages(s))
+    parsed = pl.read_parquet(s.paths.parsed_messages)
     assert parsed.filter(pl.col("channel") == "mail").height == archive.counts["mail_expected_messages"]
     # the mail partners are iMessage contacts with e-mail handles: one contact across both channels
     contacts = {c["contact_id"]: c for c in metadata.read_contacts(s.brb_db).iter_rows(named=True)}
-    partner = pl.read_parquet(paths.messages(s)).filter(pl.col("chat_id") == "mail:1")["contact_id"].unique().to_list()
+    partner = pl.read_parquet(s.paths.messages).filter(pl.col("chat_id") == "mail:1")["contact_id"].unique().to_list()
     assert len(partner) == 1 and contacts[partner[0]]["channels"] == ["imessage", "mail"]
     hits = run_search(s, MAIL_ONLY_PHRASE, embedder=HashEmbedder(), mode="lexical")["hits"]
     assert hits and hits[0]["channel"] == "mail" and hits[0]["chat_id"] == "mail:1"

@@ -239,7 +239,6 @@ def test_demo_ingest_with_a_tiny_model_then_nothing_changed(demo):
     assert gen.calls == calls and again["memory"]["topics_written"] == 0
     assert again["store_changed"] is False
     # forget one person: their profile leaves the store and every staged memory file
-    from brb_pipeline.config import home as paths
     from brb_pipeline.privacy.forget import forget_contacts
 
     gone = sorted(c for c in profiled if c.startswith("c:"))[0]
@@ -255,7 +254,7 @@ def test_demo_ingest_with_a_tiny_model_then_nothing_changed(demo):
         assert {c for c in profiled if c.startswith("c:")} - {gone} <= left
     finally:
         con.close()
-    for files in paths.staged_batch_files(s).values():
+    for files in s.paths.staged_batch_files().values():
         for f in files:
             if f.parent.name in ("topics", "profiles"):
                 assert gone not in pl.read_parquet(f)["contact_id"].to_list(), f

@@ -19,7 +19,6 @@ from brb_pipeline.core.errors import CancelledError
 from brb_pipeline.core.contacts.stats import contact_stats
 from brb_pipeline.demo.whatsapp_writer import WAChatRecord, WAMessageRecord, write_whatsapp
 from brb_pipeline.stages import ingest
-from brb_pipeline.config import home as paths
 from brb_pipeline.privacy.forgotten import forgotten_filter
 from brb_pipeline.privacy.forget import forget_contacts
 from brb_pipeline.config.settings import Settings
@@ -121,10 +120,10 @@ def test_streamed_stages_equal_the_whole_frame_stages(tmp_path, demo_archive_sma
     ingest.run_snapshot(s)
     meta = ingest.run_parse(s)
     msgs, chats = _whole_parse(s, demo_archive_small)
-    parsed = paths.parsed_messages(s)
+    parsed = s.paths.parsed_messages
     md = pq.ParquetFile(parsed).metadata  # one row group per block of at most 100 source rows
     assert md.num_row_groups > 5 and max(md.row_group(i).num_rows for i in range(md.num_row_groups)) <= 100
-    assert pl.read_parquet(parsed).equals(msgs) and pl.read_parquet(paths.parsed_chats(s)).equals(chats)
+    assert pl.read_parquet(parsed).equals(msgs) and pl.read_parquet(s.paths.parsed_chats).equals(chats)
     assert (meta["messages"], meta["first_ts"], meta["last_ts"]) == (msgs.height, str(msgs["ts"].min()), str(msgs["ts"].max()))
 
     ingest.run_contacts(s)
@@ -134,8 +133,8 @@ def test_streamed_stages_equal_the_whole_frame_stages(tmp_path, demo_archive_sma
     expected = res.messages.join(contacts.select("contact_id", "batch"), on="contact_id", how="left", maintain_order="left")
     # grouped by batch (parsed order within a batch), one batch per row group
     expected = expected.sort("batch", nulls_last=True, maintain_order=True)
-    assert pl.read_parquet(paths.messages(s)).equals(expected)
-    grouped = pq.ParquetFile(paths.messages(s))
+    assert pl.read_parquet(s.paths.messages).equals(expected)
+    grouped = pq.ParquetFile(s.paths.messages)
     per_group = [grouped.read_row_group(i, columns=["batch"]).column("batch").unique().to_pylist()
                  for i in range(grouped.num_row_groups)]
     assert len(per_group) == expected["batch"].n_unique() and all(len(g) == 1 for g in per_group)
@@ -167,14 +166,14 @@ def test_forgotten_contacts_are_filtered_block_by_block(tmp_path, demo_archive_s
     msgs, chats = _whole_parse(s, demo_archive_small)
     assert meta["forgotten_messages_skipped"] > 0
     assert meta["messages"] == msgs.height
-    assert pl.read_parquet(paths.parsed_messages(s)).equals(msgs) and pl.read_parquet(paths.parsed_chats(s)).equals(chats)
+    assert pl.read_parquet(s.paths.parsed_messages).equals(msgs) and pl.read_parquet(s.paths.parsed_chats).equals(chats)
 
 
 def test_a_cancelled_parse_keeps_the_previous_file(tmp_path, demo_archive_small, small_blocks):
     s = _settings(tmp_path / "home", demo_archive_small)
     ingest.run_snapshot(s)
     ingest.run_parse(s)
-    before = paths.parsed_messages(s).read_bytes()
+    before = s.paths.parsed_messages.read_bytes()
     polls = []
 
     def cancel() -> bool:
@@ -183,5 +182,5 @@ def test_a_cancelled_parse_keeps_the_previous_file(tmp_path, demo_archive_small,
 
     with pytest.raises(CancelledError):
         ingest.run_parse(s, cancel=cancel)
-    assert paths.parsed_messages(s).read_bytes() == before
+    assert s.paths.parsed_messages.read_bytes() == before
     assert sorted(p.name for p in s.staging_dir.iterdir()) == ["parsed_chats.parquet", "parsed_messages.parquet"]

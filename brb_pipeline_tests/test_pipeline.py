@@ -18,7 +18,6 @@ from brb_pipeline.core.embedding.models import HashEmbedder
 from brb_pipeline.core.records import UNKNOWN_CONTACT_ID
 from brb_pipeline.demo.chatdb_writer import _register_trigger_functions, apple_time
 from brb_pipeline.demo.generate import build_demo_archive
-from brb_pipeline.config import home as paths
 from brb_pipeline.search.query import run_search
 from brb_pipeline.orchestration.runner import run_ingest
 from brb_pipeline.config.settings import Settings
@@ -196,7 +195,7 @@ def test_incremental_new_messages_reembed_only_their_batch(tmp_path):
     run_ingest(s, embedder=CountingEmbedder(), analyze=False)
     contacts = metadata.read_contacts(s.brb_db).sort("rank")
     target = contacts.filter(pl.col("kind") == "direct").row(2, named=True)
-    msgs = pl.read_parquet(paths.messages(s)).filter(pl.col("contact_id") == target["contact_id"])
+    msgs = pl.read_parquet(s.paths.messages).filter(pl.col("contact_id") == target["contact_id"])
     chat_guid = msgs["chat_id"][0].split(":", 1)[1]
     words = ["zanzibar snorkeling itinerary"] * 3 + ["booked the ferry to stone town"] * 3
     _append_messages(archive.chat_db, chat_guid, words, datetime(2019, 1, 5, 10, tzinfo=timezone.utc))

@@ -19,7 +19,6 @@ from brb_pipeline.core.embedding.models import HashEmbedder
 from brb_pipeline.core.errors import BrbError
 from brb_pipeline.orchestration.definitions import changed_batches_sensor, defs, finalize_sensor, resources
 from brb_pipeline.demo.generate import build_demo_archive
-from brb_pipeline.config import home as paths
 from brb_pipeline.stages.ingest import PEOPLE_SEPARATOR, people_table
 from brb_pipeline.search.query import run_search
 from brb_pipeline.orchestration.runner import instance_for, run_ingest, wipe_derived_events
@@ -91,7 +90,7 @@ def test_contact_batches_metadata_lists_every_contact_once_with_its_batch(home):
     assert sorted(listed) == sorted(expected)  # every contact exactly once, in its own batch
     batches = [b for b, _, _ in _rows(value.value)]
     assert len(batches) >= 2 and batches == sorted(b["batch"] for b in metadata.all_batches(s.brb_db))
-    texts = pl.read_parquet(paths.messages(s), columns=["text"])["text"].drop_nulls()
+    texts = pl.read_parquet(s.paths.messages, columns=["text"])["text"].drop_nulls()
     long = [t for t in texts.to_list() if len(t) >= 20]
     assert long and not [t for t in long if t in value.value]  # names and counts, never message text
 

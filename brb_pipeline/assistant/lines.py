@@ -22,6 +22,7 @@ from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import Any
 
+from brb_pipeline.core.chunk_params import ChunkParams
 from brb_pipeline.core.chunking import ATTACHMENT_CHAR, BALLOON_CHAR, _place_untimed, resolve_time_zone
 from brb_pipeline.core.crypto import files
 from brb_pipeline.core.records.extras import render_extras
@@ -92,7 +93,7 @@ class Transcript:
 
     @classmethod
     def load(cls, messages_path: Path, chats_path: Path, *, contact_names: Mapping[str, str],
-             handle_names: Mapping[str, str], time_zone: str = "") -> Transcript:
+             handle_names: Mapping[str, str], time_zone: str = ChunkParams.time_zone) -> Transcript:
         """Read the staged messages and chats.
 
         Args:

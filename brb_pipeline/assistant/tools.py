@@ -53,7 +53,6 @@ class Home:
     @classmethod
     def open(cls, s: Settings, *, log: bool = False, load: Callable[[Settings], Any] | None = None) -> Home:
         """Open the home (raises BrbError with one line: no store, no key, a wrong key)."""
-        from brb_pipeline.config import home as paths
         from brb_pipeline.search.query import Searcher, require_store
 
         require_store(s)
@@ -67,7 +66,7 @@ class Home:
             by_handle = {h: r["display_name"] for r in contacts if r["kind"] == "direct" for h in r["handles"] or []}
             if people_db.has_people(s.brb_db):  # every group member named from their card, as passages are
                 by_handle.update(people_db.handle_names(s.brb_db))
-            transcript = Transcript.load(paths.messages(s), paths.parsed_chats(s), contact_names=by_contact,
+            transcript = Transcript.load(s.paths.messages, s.paths.parsed_chats, contact_names=by_contact,
                                          handle_names=by_handle, time_zone=s.time_zone)
         except BaseException:
             searcher.close()

@@ -387,10 +387,9 @@ def search(query, contacts, senders, since, until, mode, k, channel, context, di
 
         raise damaged_store_error(s, e) from None
     if as_json:  # a program also gets each passage's files and links, with their paths
-        from brb_pipeline.config import home as paths
         from brb_pipeline.search.hit_files import add_hit_files
 
-        add_hit_files(out, paths.messages(s))
+        add_hit_files(out, s.paths.messages)
         click.echo(json.dumps(out, indent=2, ensure_ascii=False, default=str))
     else:
         click.echo(search_text(out))

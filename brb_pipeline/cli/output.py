@@ -59,9 +59,8 @@ def status_dict(s: Settings) -> dict[str, Any]:
     out["clusters"] = metadata.count_clusters(s.brb_db)
     if s.duckdb_path.exists():
         _store_status(s, out)
-    from brb_pipeline.config import home as paths
 
-    out["store_update_pending"] = paths.store_next(s).exists()
+    out["store_update_pending"] = s.paths.store_next.exists()
     m = s.insights_dir / "map.html"
     out["map"] = str(m) if m.exists() else None
     return out

@@ -1,188 +1,179 @@
-"""Where each stage keeps its files under the home dir (keyed by partition where relevant)."""
+"""Where every file lives under the home dir and in its Dagster instance: :class:`Home` is the
+one place that spells a path (``Settings.paths`` is the home's).
+
+Partitioned files are keyed by contact batch (``batch=<key>``). One layout is not spelled here:
+the embedded chunk partitions under the staging dir, which ``core.store.chunks`` writes and loads
+itself (its tests and the store load take a staging dir); Home names them through its
+:func:`~brb_pipeline.core.store.chunks.partition_path`.
+"""
 
 from __future__ import annotations
 
-import io
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
-import polars as pl
-
-from brb_pipeline.core.crypto import files
-from brb_pipeline.core.store.chunks import partition_path
-from brb_pipeline.config.settings import Settings
-
-
-def parsed_messages(s: Settings) -> Path:
-    return s.staging_dir / "parsed_messages.parquet"
-
-
-def parsed_chats(s: Settings) -> Path:
-    return s.staging_dir / "parsed_chats.parquet"
-
-
-def people(s: Settings) -> Path:
-    return s.staging_dir / "addressbook_people.json"
-
-
-def messages(s: Settings) -> Path:
-    """Messages with contact_id and batch: the input of every per-batch stage."""
-    return s.staging_dir / "messages.parquet"
-
-
-def chunks(s: Settings, batch: str) -> Path:
-    return s.staging_dir / "chunked" / f"batch={batch}.parquet"
-
-
-def retired_dir(s: Settings) -> Path:
-    """Vectors a rewritten partition dropped, kept until the next store load for other batches
-    to reuse (a contact that moved batch). Holds message text: removed by forget."""
-    return s.staging_dir / "retired"
-
-
-def retired(s: Settings, batch: str) -> Path:
-    return retired_dir(s) / f"batch={batch}.parquet"
-
-
-def partition(s: Settings, batch: str) -> Path:
-    """One batch's chunks with their embeddings, ``staging/chunks/batch=<key>.parquet`` (the
-    layout is ``core.store.chunks``', which writes and loads these files)."""
-    return partition_path(s.staging_dir, batch)
-
-
-def staged_batch_files(s: Settings) -> dict[str, list[Path]]:
-    """batch key -> its staged files (chunk texts, embeddings and their ``.embedcfg``, topics,
-    profiles), as on disk."""
-    out: dict[str, list[Path]] = {}
-    for d in (s.staging_dir / "chunked", s.staging_dir / "chunks", topics_dir(s), profiles_dir(s)):
-        for f in sorted(d.glob("batch=*.parquet*")) if d.is_dir() else []:
-            key = f.name[len("batch="):].split(".parquet", 1)[0]
-            out.setdefault(key, []).append(f)
-    return out
-
-
-def topics_dir(s: Settings) -> Path:
-    """Per-batch topics the local model distilled (``staging/topics/batch=<key>.parquet``)."""
-    return s.staging_dir / "topics"
-
-
-def topics(s: Settings, batch: str) -> Path:
-    return topics_dir(s) / f"batch={batch}.parquet"
-
-
-def profiles_dir(s: Settings) -> Path:
-    """Per-batch person profiles derived from the topics (``staging/profiles/batch=<key>.parquet``)."""
-    return s.staging_dir / "profiles"
-
-
-def profiles(s: Settings, batch: str) -> Path:
-    return profiles_dir(s) / f"batch={batch}.parquet"
-
-
-def insights_staging(s: Settings) -> Path:
-    """The analyzing stages' intermediate files (projection, clusters, labels, label cache)."""
-    return s.staging_dir / "insights"
-
-
-def projection(s: Settings) -> Path:
-    return insights_staging(s) / "projection.parquet"
-
-
-def clusters(s: Settings) -> Path:
-    return insights_staging(s) / "clusters.parquet"
-
-
-def cluster_labels(s: Settings) -> Path:
-    return insights_staging(s) / "labels.parquet"
-
-
-def label_cache(s: Settings) -> Path:
-    return insights_staging(s) / "label_cache.json"
-
-
-def store_next(s: Settings) -> Path:
-    """The staging copy of brb.duckdb a load and its index builds write; it replaces the store
-    only when both indexes are built in it (``stages.store.publish``)."""
-    return s.home / "brb.duckdb.next"
-
-
-def snapshot_manifest(s: Settings) -> Path:
-    return s.snapshot_dir / "manifest.json"
-
-
-def run_log(s: Settings, run_id: str) -> Path:
-    """Where a headless run writes the traces of its failed steps."""
-    return s.home / "logs" / f"ingest-{run_id}.log"
-
-
-def dagster_config(s: Settings) -> Path:
-    """The Dagster instance's ``dagster.yaml`` (written by brb on first use)."""
-    return s.dagster_home / "dagster.yaml"
-
-
-def dagster_history(s: Settings) -> Path:
-    """Dagster's SQLite run and event storage: ``runs.db``, ``index.db`` and ``runs/<run_id>.db``."""
-    return s.dagster_home / "history"
-
-
-def dagster_run_files(s: Settings, run_id: str) -> Path:
-    """What Dagster keeps on disk for one run (compute logs, outputs)."""
-    return s.dagster_home / "storage" / run_id
-
-
-def atomic_write_parquet(frame: pl.DataFrame, path: Path, metadata: dict[str, str] | None = None) -> None:
-    """Write a polars frame to ``path`` via a temp file and rename (readers never see half a
-    file), sealed when the home is encrypted (:func:`brb_pipeline.core.crypto.files.write_bytes`).
-
-    Polars' own writer makes the bytes: a plaintext home's files stay what they were (pyarrow's
-    writer made a 200K-message file 19% larger and 30% slower to write).
-
-    Args:
-        metadata: Parquet key-value metadata to store with the file.
-    """
-    buf = io.BytesIO()
-    frame.write_parquet(buf, compression="zstd", statistics=True, metadata=metadata)
-    files.write_bytes(path, buf.getbuffer())
-
-
-@contextmanager
-def atomic_parquet_writer(path: Path, schema: pl.Schema) -> Iterator[Callable[[pl.DataFrame], None]]:
-    """Write a Parquet file block by block, one row group per block, through a temp file.
-
-    The file appears only when the with-block ends normally (sealed in an encrypted home); on an
-    error an earlier file at ``path`` stays as it was.
-
-    Args:
-        path: the final file.
-        schema: the polars schema of every block (column order included).
-
-    Yields:
-        ``write(frame)``: appends one block (empty blocks are skipped).
-    """
-    arrow_schema = pl.DataFrame(schema=schema).to_arrow().schema
-    with files.parquet_writer(path, arrow_schema, compression="zstd") as write_table:
-        def write(frame: pl.DataFrame) -> None:
-            if frame.height:
-                table = frame.to_arrow()
-                write_table(table if table.schema == arrow_schema else table.cast(arrow_schema))
-
-        yield write
-
-
-#: Rows per row group of a grouped file at most (see :func:`write_grouped`).
-GROUP_ROWS = 50_000
-
-
-def write_grouped(write: Callable[[pl.DataFrame], None], frame: pl.DataFrame, column: str,
-                  max_rows: int = GROUP_ROWS) -> None:
-    """Append ``frame`` through an :func:`atomic_parquet_writer`'s ``write``, one row group per
-    run of equal ``column`` values (a long run in slices of ``max_rows``).
-
-    With the frame sorted by ``column``, a reader of one value decodes only its row groups
-    (:func:`brb_pipeline.core.crypto.files.read_parquet_where`): ``messages`` is kept so, one
-    contact batch per row group.
-    """
-    for part in frame.partition_by(column, maintain_order=True):
-        for lo in range(0, part.height, max_rows):
-            write(part.slice(lo, max_rows))
+#: The folder of the home that `brb demo` builds its archive in.
+DEMO_ARCHIVE = "demo-archive"
+
+
+@dataclass(frozen=True)
+class Home:
+    """The file layout of one home dir (``root``)."""
+
+    root: Path
+
+    # The home's top level ---------------------------------------------------------------
+    @property
+    def brb_db(self) -> Path:
+        return self.root / "brb.db"
+
+    @property
+    def duckdb_path(self) -> Path:
+        return self.root / "brb.duckdb"
+
+    @property
+    def store_next(self) -> Path:
+        """The staging copy of brb.duckdb a load and its index builds write; it replaces the store
+        only when both indexes are built in it (``stages.store.publish``)."""
+        return self.root / "brb.duckdb.next"
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / "config.json"
+
+    @property
+    def snapshot_dir(self) -> Path:
+        return self.root / "snapshot"
+
+    @property
+    def snapshot_manifest(self) -> Path:
+        return self.snapshot_dir / "manifest.json"
+
+    @property
+    def staging_dir(self) -> Path:
+        return self.root / "staging"
+
+    @property
+    def insights_dir(self) -> Path:
+        """The map pages and images the analyzing stage draws."""
+        return self.root / "insights"
+
+    @property
+    def demo_archive_dir(self) -> Path:
+        return self.root / DEMO_ARCHIVE
+
+    @property
+    def ingest_lock(self) -> Path:
+        """Held by the one process that writes the home (``stages.homelock``)."""
+        return self.root / "ingest.lock"
+
+    @property
+    def forgotten_copy(self) -> Path:
+        """A copy of the forgotten list's keyed digests beside brb.db (``privacy.forgotten``)."""
+        return self.root / "forgotten-digests.json"
+
+    def run_log(self, run_id: str) -> Path:
+        """Where a headless run writes the traces of its failed steps."""
+        return self.root / "logs" / f"ingest-{run_id}.log"
+
+    # Staging ------------------------------------------------------------------------------
+    @property
+    def parsed_messages(self) -> Path:
+        return self.staging_dir / "parsed_messages.parquet"
+
+    @property
+    def parsed_chats(self) -> Path:
+        return self.staging_dir / "parsed_chats.parquet"
+
+    @property
+    def people(self) -> Path:
+        return self.staging_dir / "addressbook_people.json"
+
+    @property
+    def messages(self) -> Path:
+        """Messages with contact_id and batch: the input of every per-batch stage."""
+        return self.staging_dir / "messages.parquet"
+
+    def chunks(self, batch: str) -> Path:
+        return self.staging_dir / "chunked" / f"batch={batch}.parquet"
+
+    @property
+    def retired_dir(self) -> Path:
+        """Vectors a rewritten partition dropped, kept until the next store load for other batches
+        to reuse (a contact that moved batch). Holds message text: removed by forget."""
+        return self.staging_dir / "retired"
+
+    def retired(self, batch: str) -> Path:
+        return self.retired_dir / f"batch={batch}.parquet"
+
+    def partition(self, batch: str) -> Path:
+        """One batch's chunks with their embeddings, ``staging/chunks/batch=<key>.parquet``."""
+        from brb_pipeline.core.store.chunks import partition_path  # duckdb and pyarrow: only when asked
+
+        return partition_path(self.staging_dir, batch)
+
+    @property
+    def topics_dir(self) -> Path:
+        """Per-batch topics the local model distilled (``staging/topics/batch=<key>.parquet``)."""
+        return self.staging_dir / "topics"
+
+    def topics(self, batch: str) -> Path:
+        return self.topics_dir / f"batch={batch}.parquet"
+
+    @property
+    def profiles_dir(self) -> Path:
+        """Per-batch person profiles derived from the topics (``staging/profiles/batch=<key>.parquet``)."""
+        return self.staging_dir / "profiles"
+
+    def profiles(self, batch: str) -> Path:
+        return self.profiles_dir / f"batch={batch}.parquet"
+
+    def staged_batch_files(self) -> dict[str, list[Path]]:
+        """batch key -> its staged files (chunk texts, embeddings and their ``.embedcfg``, topics,
+        profiles), as on disk."""
+        out: dict[str, list[Path]] = {}
+        for d in (self.staging_dir / "chunked", self.staging_dir / "chunks", self.topics_dir, self.profiles_dir):
+            for f in sorted(d.glob("batch=*.parquet*")) if d.is_dir() else []:
+                key = f.name[len("batch="):].split(".parquet", 1)[0]
+                out.setdefault(key, []).append(f)
+        return out
+
+    @property
+    def insights_staging(self) -> Path:
+        """The analyzing stages' intermediate files (projection, clusters, labels, label cache)."""
+        return self.staging_dir / "insights"
+
+    @property
+    def projection(self) -> Path:
+        return self.insights_staging / "projection.parquet"
+
+    @property
+    def clusters(self) -> Path:
+        return self.insights_staging / "clusters.parquet"
+
+    @property
+    def cluster_labels(self) -> Path:
+        return self.insights_staging / "labels.parquet"
+
+    @property
+    def label_cache(self) -> Path:
+        return self.insights_staging / "label_cache.json"
+
+    # Dagster's instance -------------------------------------------------------------------
+    @property
+    def dagster_home(self) -> Path:
+        return self.root / "dagster"
+
+    @property
+    def dagster_config(self) -> Path:
+        """The Dagster instance's ``dagster.yaml`` (written by brb on first use)."""
+        return self.dagster_home / "dagster.yaml"
+
+    @property
+    def dagster_history(self) -> Path:
+        """Dagster's SQLite run and event storage: ``runs.db``, ``index.db`` and ``runs/<run_id>.db``."""
+        return self.dagster_home / "history"
+
+    def dagster_run_files(self, run_id: str) -> Path:
+        """What Dagster keeps on disk for one run (compute logs, outputs)."""
+        return self.dagster_home / "storage" / run_id

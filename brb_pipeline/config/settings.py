@@ -20,11 +20,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from brb_pipeline.config.home import Home
+from brb_pipeline.core import DEFAULT_REGION, SEED
+from brb_pipeline.core.chunk_params import ChunkParams
+from brb_pipeline.core.contacts.params import BatchParams
+from brb_pipeline.core.embedding.spec import DEFAULT_MODEL, EmbedderSpec
 from brb_pipeline.core.errors import SettingsError, SourceMissingError
+from brb_pipeline.core.insights.params import ClusterParams, ProjectionParams
+from brb_pipeline.core.memory.params import MAX_TOKENS as LLM_MAX_TOKENS, WINDOW_CHARS
 from brb_pipeline.core.search.fusion import Fusion
-
-DEFAULT_MODEL = "bundled:all-MiniLM-L6-v2"
-DEMO_ARCHIVE = "demo-archive"  # the folder of <home> that `brb demo` builds its archive in
+from brb_pipeline.core.store.params import IndexParams
 _BOOKKEEPING = ("home", "env_values")  # fields that are not settings read from env or config.json
 _FUSION = Fusion()  # the hybrid search defaults are Fusion's own
 
@@ -62,34 +67,34 @@ class Settings:
     # Encryption at rest (keys.provider): fixed when a home is first ingested, then read from its
     # encryption.json. False (`--no-encryption`) makes a plaintext home.
     encryption: bool = True
-    default_region: str = "US"  # for phone numbers typed without a country code
+    default_region: str = DEFAULT_REGION  # for phone numbers typed without a country code
     # Contact batches (dynamic partitions).
-    top_contacts: int = 50
-    top_batch_size: int = 10
-    rest_batch_size: int = 50
+    top_contacts: int = BatchParams.top_n
+    top_batch_size: int = BatchParams.top_size
+    rest_batch_size: int = BatchParams.rest_size
     # Chunking.
-    conversation_gap_s: int = 6 * 3600
-    window: int = 8
-    stride: int = 4
-    min_chars: int = 20
+    conversation_gap_s: int = ChunkParams.gap_s
+    window: int = ChunkParams.window
+    stride: int = ChunkParams.stride
+    min_chars: int = ChunkParams.min_chars
     # IANA zone for the times and days shown in chunks ("Europe/Istanbul"); "" = this machine's.
     # Stored timestamps stay UTC.
-    time_zone: str = ""
+    time_zone: str = ChunkParams.time_zone
     # Embedding.
     embedding_model: str = DEFAULT_MODEL  # "bundled:..." | local path | repo id in the HF cache
-    embedding_backend: str = "fast"  # "fast" (packed BERT on MLX) | "reference" (mlx-embeddings)
-    embedding_device: str = "auto"  # "auto" (MLX's default device: a GPU when there is one) | "cpu" | "gpu"
-    max_tokens: int = 256  # truncation length of one chunk
-    token_budget: int = 8192  # rows x padded length per batch
+    embedding_backend: str = EmbedderSpec.backend  # "fast" (packed BERT on MLX) | "reference" (mlx-embeddings)
+    embedding_device: str = EmbedderSpec.device  # "auto" (MLX's default device: a GPU when there is one) | "cpu" | "gpu"
+    max_tokens: int = EmbedderSpec.max_tokens  # truncation length of one chunk
+    token_budget: int = EmbedderSpec.token_budget  # rows x padded length per batch
     # Saving. DuckDB memory limit of the connection that loads partitions into brb.duckdb:
     # uncommitted rows beyond it spill to <home>/brb.duckdb.tmp instead of staying in RAM, so a
     # load's working set stays flat as the store grows (a load whose rows are too wide for it is
     # retried without it). "" = DuckDB's default (80% of RAM); the README says why 256MB.
     duckdb_load_memory_limit: str = "256MB"
     # Indexes and search.
-    hnsw_m: int = 16
-    hnsw_ef_construction: int = 128
-    hnsw_ef_search: int = 256  # HNSW recall at query time; chosen on the dev half (README, Search)
+    hnsw_m: int = IndexParams.m
+    hnsw_ef_construction: int = IndexParams.ef_construction
+    hnsw_ef_search: int = IndexParams.ef_search  # HNSW recall at query time; chosen on the dev half (docs/search.md)
     rrf_k: int = _FUSION.rrf_k
     # Hybrid fusion and the relevance floor (core/search/fusion.py), chosen on the dev half of
     # benchmarks/questions/ with benchmarks/bench_retrieval.py (its results hold every variant).
@@ -100,23 +105,23 @@ class Settings:
     search_rare_df_share: float = _FUSION.rare_df_share  # a name or number in at most this share of chunks is rare
     search_min_similarity: float = 0.39  # below it (best candidate's cosine) "confident" is false; 0 = off
     # Insights.
-    pca_dim: int = 50
-    umap_neighbors: int = 15
-    umap_min_dist: float = 0.05
-    umap_sample: int = 20000
-    hdbscan_min_cluster_size: int = 25
-    hdbscan_min_samples: int = 5
-    merge_threshold: float = 0.92
-    noise_reassign_threshold: float = 0.5
+    pca_dim: int = ProjectionParams.pca_dim
+    umap_neighbors: int = ProjectionParams.n_neighbors
+    umap_min_dist: float = ProjectionParams.min_dist
+    umap_sample: int = ProjectionParams.sample
+    hdbscan_min_cluster_size: int = ClusterParams.min_cluster_size
+    hdbscan_min_samples: int = ClusterParams.min_samples
+    merge_threshold: float = ClusterParams.merge_threshold
+    noise_reassign_threshold: float = ClusterParams.noise_threshold
     labeler_model_path: Path | None = None
     # Distilled memory: a local mlx-lm instruct model directory; without one, no topics or profiles.
     llm_model_path: Path | None = None
-    llm_max_tokens: int = 512  # generation cap per prompt
-    memory_window_chars: int = 6000  # message text per prompt; a longer month is cut into windows
+    llm_max_tokens: int = LLM_MAX_TOKENS  # generation cap per prompt
+    memory_window_chars: int = WINDOW_CHARS  # message text per prompt; a longer month is cut into windows
     # Share of the store that may be placed next to existing chunks instead of refitting the
     # layout (new chunks now, and placed since the last refit in total).
     insights_refit_share: float = 0.05
-    seed: int = 42
+    seed: int = SEED
     # Operations.
     schedule_cron: str = "0 3 * * *"
     schedule_enabled: bool = False
@@ -130,38 +135,53 @@ class Settings:
             if "Path" in str(f.type) and v is not None:
                 setattr(self, f.name, absolute(v))
 
-    # Derived locations -------------------------------------------------------------------
+    # Sections: each stage's parameters, typed, as the stage's own Params class declares them -
+    # (the flat fields above are what flags, BRB_* variables and config.json name; each takes its
+    # default from the section that owns it, so every default is declared once)
     @property
-    def brb_db(self) -> Path:
-        return self.home / "brb.db"
+    def chunking(self) -> ChunkParams:
+        return ChunkParams(window=self.window, stride=self.stride, gap_s=self.conversation_gap_s,
+                           min_chars=self.min_chars, time_zone=self.time_zone)
 
     @property
-    def duckdb_path(self) -> Path:
-        return self.home / "brb.duckdb"
+    def embedding(self) -> EmbedderSpec:
+        return EmbedderSpec(model=str(self.embedding_model), backend=self.embedding_backend,
+                            max_tokens=self.max_tokens, token_budget=self.token_budget,
+                            device=self.embedding_device)
 
     @property
-    def snapshot_dir(self) -> Path:
-        return self.home / "snapshot"
+    def index(self) -> IndexParams:
+        return IndexParams(m=self.hnsw_m, ef_construction=self.hnsw_ef_construction, ef_search=self.hnsw_ef_search)
 
     @property
-    def staging_dir(self) -> Path:
-        return self.home / "staging"
+    def batching(self) -> BatchParams:
+        return BatchParams(top_n=self.top_contacts, top_size=self.top_batch_size, rest_size=self.rest_batch_size)
 
     @property
-    def insights_dir(self) -> Path:
-        return self.home / "insights"
+    def projection(self) -> ProjectionParams:
+        return ProjectionParams(pca_dim=self.pca_dim, n_neighbors=self.umap_neighbors,
+                                min_dist=self.umap_min_dist, sample=self.umap_sample, seed=self.seed)
 
     @property
-    def dagster_home(self) -> Path:
-        return self.home / "dagster"
+    def clustering(self) -> ClusterParams:
+        return ClusterParams(min_cluster_size=self.hdbscan_min_cluster_size, min_samples=self.hdbscan_min_samples,
+                             merge_threshold=self.merge_threshold, noise_threshold=self.noise_reassign_threshold,
+                             seed=self.seed)
 
+    # Locations: the home's layout is Home's; the ones most code reads have shortcuts here ---
     @property
-    def config_path(self) -> Path:
-        return self.home / "config.json"
+    def paths(self) -> Home:
+        """Where every file of this home lives."""
+        return Home(self.home)
 
-    @property
-    def demo_archive_dir(self) -> Path:
-        return self.home / DEMO_ARCHIVE
+    brb_db = property(lambda self: self.paths.brb_db)
+    duckdb_path = property(lambda self: self.paths.duckdb_path)
+    snapshot_dir = property(lambda self: self.paths.snapshot_dir)
+    staging_dir = property(lambda self: self.paths.staging_dir)
+    insights_dir = property(lambda self: self.paths.insights_dir)
+    dagster_home = property(lambda self: self.paths.dagster_home)
+    config_path = property(lambda self: self.paths.config_path)
+    demo_archive_dir = property(lambda self: self.paths.demo_archive_dir)
 
     # Loading and saving -------------------------------------------------------------------
     @classmethod

@@ -7,3 +7,8 @@ parameters (never a Settings object).
 Must not import: dagster, ``config``, ``stages``, ``search``, ``privacy``, ``keys``,
 ``orchestration``, ``cli`` (``test_layout.py`` enforces it).
 """
+
+#: The random seed every stochastic step uses unless told otherwise (the ``seed`` setting).
+SEED = 42
+#: ISO 3166 region for phone numbers typed without a country code (the ``default_region`` setting).
+DEFAULT_REGION = "US"

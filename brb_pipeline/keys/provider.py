@@ -28,6 +28,7 @@ from brb_pipeline.core.crypto import files
 from brb_pipeline.core.crypto.sealed import KEY_BYTES, key_check
 from brb_pipeline.core.errors import EncryptionKeyError
 from brb_pipeline.keys.keystore import os_keychain, home_path_id, key_dir, shred_file, write_key_file
+from brb_pipeline.config.home import Home
 from brb_pipeline.config.settings import Settings
 
 MARKER = "encryption.json"
@@ -156,7 +157,8 @@ def _store_new_key(home: Path, key: bytes) -> str:
 
 
 def _has_data(home: Path) -> bool:
-    return any((home / n).exists() for n in ("brb.db", "brb.duckdb", "staging", "snapshot"))
+    h = Home(home)
+    return any(p.exists() for p in (h.brb_db, h.duckdb_path, h.staging_dir, h.snapshot_dir))
 
 
 def write_marker(home: Path, marker: dict[str, Any]) -> None:
@@ -185,7 +187,7 @@ def prepare_home(s: Settings) -> dict[str, Any]:
         if m.get("encrypted"):
             data_key(home)
         return m
-    if files.sealed(home / "brb.db") or files.sealed(home / "staging" / "messages.parquet"):
+    if files.sealed(s.paths.brb_db) or files.sealed(s.paths.messages):
         raise EncryptionKeyError(f"{home} holds encrypted files but its {MARKER} is gone: restore it "
                                  "from a backup of the home, or run `brb delete-all` to start over")
     if _has_data(home):

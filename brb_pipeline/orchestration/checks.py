@@ -16,7 +16,6 @@ from brb_pipeline.core import checks
 from brb_pipeline.core.crypto import files
 from brb_pipeline.core.store import duck
 from brb_pipeline.stages import embed
-from brb_pipeline.config import home as paths
 
 _CEILING_COLUMNS = {"contact_id": pl.Utf8, "chat_id": pl.Utf8, "ts": pl.Datetime("us", "UTC"),
                     "source_rowid": pl.Int64, "text": pl.Utf8}
@@ -26,13 +25,13 @@ _CEILING_COLUMNS = {"contact_id": pl.Utf8, "chat_id": pl.Utf8, "ts": pl.Datetime
                 description="At most 1% of messages have an attributedBody that decoded to nothing.")
 def undecodable_messages(brb: BrbSettings) -> dg.AssetCheckResult:
     s = brb.load()
-    return checked(s, *checks.undecodable_share(paths.parsed_messages(s)), dg.AssetCheckSeverity.WARN)
+    return checked(s, *checks.undecodable_share(s.paths.parsed_messages), dg.AssetCheckSeverity.WARN)
 
 
 def _store_check(brb: BrbSettings, fn, severity=dg.AssetCheckSeverity.ERROR):
     s = brb.load()
     # a load's checks look at the copy it wrote (published only once its indexes are built)
-    target = paths.store_next(s) if paths.store_next(s).exists() else s.duckdb_path
+    target = s.paths.store_next if s.paths.store_next.exists() else s.duckdb_path
     con = duck.connect(target, read_only=True)
     try:
         return checked(s, *fn(s, con), severity)
@@ -44,7 +43,7 @@ def _store_check(brb: BrbSettings, fn, severity=dg.AssetCheckSeverity.ERROR):
                 description="No duplicate chunk ids; no more chunks than the messages' conversations can make.")
 def chunk_count_sanity(brb: BrbSettings) -> dg.AssetCheckResult:
     def fn(s, con):
-        src = paths.messages(s)
+        src = s.paths.messages
         messages = files.scan_parquet(src) if src.exists() else pl.LazyFrame(schema=_CEILING_COLUMNS)
         return checks.chunk_count_sane(con, messages, embed.chunk_params(s))
 
@@ -79,7 +78,7 @@ def bm25_covers_store(brb: BrbSettings) -> dg.AssetCheckResult:
                 description="At most 35% of chunks stay unclustered after noise reassignment.")
 def cluster_noise_share(brb: BrbSettings) -> dg.AssetCheckResult:
     s = brb.load()
-    return checked(s, *checks.noise_share(paths.clusters(s)), dg.AssetCheckSeverity.WARN)
+    return checked(s, *checks.noise_share(s.paths.clusters), dg.AssetCheckSeverity.WARN)
 
 
 ALL_CHECKS = [undecodable_messages, chunk_count_sanity, vectors_are_valid, single_embedding_model,

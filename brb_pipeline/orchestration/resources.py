@@ -73,7 +73,7 @@ class Runtime:
             return self._embedder
         from brb_pipeline.core.embedding.models import load_embedder
 
-        return load_embedder(s)
+        return load_embedder(s.embedding)
 
     def generator(self, s: Settings) -> Any | None:
         """The memory's text generator given at construction, else ``llm_model_path``'s (None

@@ -34,7 +34,6 @@ from brb_pipeline.core.errors import BrbError, CancelledError, CheckFailedError
 from brb_pipeline.core.progress import CancelToken, Progress
 from brb_pipeline.stages import homelock, memory
 from brb_pipeline.keys import provider as keys
-from brb_pipeline.config import home as paths
 from brb_pipeline.stages.incremental import force_batches, pending_work
 from brb_pipeline.config.settings import Settings
 
@@ -74,7 +73,7 @@ def instance_for(s: Settings) -> dg.DagsterInstance:
     """The Dagster instance under ``<home>/dagster`` (created on first use)."""
     home = s.dagster_home
     home.mkdir(parents=True, exist_ok=True)
-    cfg = paths.dagster_config(s)
+    cfg = s.paths.dagster_config
     if not cfg.exists():
         cfg.write_text(INSTANCE_YAML.format(base=str(home)))
     os.environ["DAGSTER_HOME"] = str(home)
@@ -86,7 +85,7 @@ class RunLog:
 
     def __init__(self, s: Settings, run_id: str) -> None:
         self.run_id = run_id
-        self.path = paths.run_log(s, run_id)
+        self.path = s.paths.run_log(run_id)
         self.warnings: list[dict[str, Any]] = []
 
     def write(self, text: str) -> None:
@@ -468,20 +467,20 @@ def wipe_derived_events(s: Settings) -> int:
 
     from brb_pipeline.orchestration.jobs import PERSON_JOBS
 
-    if not paths.dagster_config(s).exists():
+    if not s.paths.dagster_config.exists():
         return 0
     instance = instance_for(s)
     names = [*DERIVED_TEXT_ASSETS, *PEOPLE_ASSETS]
     keys = [dg.AssetKey(k) for k in names]
     instance.wipe_assets(keys)
-    history = paths.dagster_history(s)
+    history = s.paths.dagster_history
     shards = history / "runs"
     for job in PERSON_JOBS:
         for run in instance.get_runs(filters=dg.RunsFilter(job_name=job)):
             instance.delete_run(run.run_id)
             for suffix in (".db", ".db-wal", ".db-shm"):
                 (shards / f"{run.run_id}{suffix}").unlink(missing_ok=True)
-            shutil.rmtree(paths.dagster_run_files(s, run.run_id), ignore_errors=True)
+            shutil.rmtree(s.paths.dagster_run_files(run.run_id), ignore_errors=True)
     instance.dispose()
     marks = ",".join("?" * len(names))
     params = [k.to_string() for k in keys] + names

@@ -24,7 +24,7 @@ from brb_pipeline.core import faults, metadata
 from brb_pipeline.core.crypto import files
 from brb_pipeline.core.store.compact import compact_without
 from brb_pipeline.keys import provider as keys
-from brb_pipeline.config import home as paths
+from brb_pipeline.core.store import parquet_files
 from brb_pipeline.privacy import forget_journal
 from brb_pipeline.privacy.forgotten import backup_forgotten, remember, retire_legacy_salt, shred_key
 from brb_pipeline.config.settings import Settings
@@ -73,8 +73,8 @@ def plan_forget(s: Settings, contact_ids: list[str], person_handles: Sequence[st
     shared: list[str] = sorted(set(contacts.filter(
         pl.col("handles").list.eval(pl.element().is_in(handles)).list.any()
         & ~pl.col("contact_id").is_in(contact_ids))["contact_id"].to_list())) if handles else []
-    if paths.messages(s).exists():
-        m = files.scan_parquet(paths.messages(s))
+    if s.paths.messages.exists():
+        m = files.scan_parquet(s.paths.messages)
         chat_ids = set(m.filter(pl.col("contact_id").is_in(contact_ids)).select("chat_id").unique()
                        .collect()["chat_id"].to_list())
         if handles:
@@ -85,8 +85,8 @@ def plan_forget(s: Settings, contact_ids: list[str], person_handles: Sequence[st
                                             .drop_nulls().to_list()))
     doomed = list(contact_ids) + shared
     chunk_ids: set[str] = set()
-    for b in sorted(set(batches) | set(paths.staged_batch_files(s))):
-        chunk_ids |= _partition_ids(paths.partition(s, b), doomed)
+    for b in sorted(set(batches) | set(s.paths.staged_batch_files())):
+        chunk_ids |= _partition_ids(s.paths.partition(b), doomed)
     return {"contact_ids": list(contact_ids), "handles": handles, "batches": batches, "chat_ids": sorted(chat_ids),
             "shared": shared, "chunk_ids": sorted(chunk_ids),
             "names": sorted(set(mine["display_name"].drop_nulls().to_list())) if mine.height else []}
@@ -111,13 +111,13 @@ def apply_forget(s: Settings, plan: dict[str, Any]) -> dict[str, Any]:
     faults.point("forget_brb_db")
     # staging: parsed and contact-resolved messages (their lines in shared group chats too)
     mine_expr = pl.col("contact_id").is_in(contact_ids) | pl.col("sender").fill_null("").is_in(handles)
-    report["staging_messages"] = _filter_parquet(paths.messages(s), ~mine_expr, handles, group_by="batch")
-    if paths.parsed_messages(s).exists():
+    report["staging_messages"] = _filter_parquet(s.paths.messages, ~mine_expr, handles, group_by="batch")
+    if s.paths.parsed_messages.exists():
         keep = ~pl.col("chat_id").is_in(list(chat_ids))
         if handles:
             keep = keep & ~pl.col("sender").fill_null("").is_in(handles)
-        report["staging_parsed"] = _filter_parquet(paths.parsed_messages(s), keep, handles)
-        _filter_parquet(paths.parsed_chats(s), ~pl.col("chat_id").is_in(list(chat_ids)), handles)
+        report["staging_parsed"] = _filter_parquet(s.paths.parsed_messages, keep, handles)
+        _filter_parquet(s.paths.parsed_chats, ~pl.col("chat_id").is_in(list(chat_ids)), handles)
     # staging: per-batch chunks and embeddings (keep the partition's schema metadata)
     removed_chunk_ids: set[str] = set(plan["chunk_ids"])
     # Group chats they wrote in lose their chunks until the next ingestion re-chunks them without
@@ -125,10 +125,10 @@ def apply_forget(s: Settings, plan: dict[str, Any]) -> dict[str, Any]:
     doomed = list(contact_ids) + shared
     # every staged partition, not only their current batches: a person who changed batch, or a
     # batch key that no longer exists, may have left their chunks in another file
-    for b in sorted(set(batches) | set(paths.staged_batch_files(s))):
-        _filter_parquet(paths.chunks(s, b), ~pl.col("contact_id").is_in(doomed))
-        removed_chunk_ids |= _filter_partition(paths.partition(s, b), doomed)
-        for memory_file in (paths.topics(s, b), paths.profiles(s, b)):  # the distilled memory
+    for b in sorted(set(batches) | set(s.paths.staged_batch_files())):
+        _filter_parquet(s.paths.chunks(b), ~pl.col("contact_id").is_in(doomed))
+        removed_chunk_ids |= _filter_partition(s.paths.partition(b), doomed)
+        for memory_file in (s.paths.topics(b), s.paths.profiles(b)):  # the distilled memory
             _filter_partition(memory_file, doomed)
     report["staging_chunks"] = len(removed_chunk_ids)
     # retired vectors (a cache until the next load) hold chunk text of any batch: drop them all
@@ -145,7 +145,7 @@ def apply_forget(s: Settings, plan: dict[str, Any]) -> dict[str, Any]:
     # snapshot: a raw copy of the sources, re-taken (and scrubbed) at the next ingestion
     report["snapshot_removed"] = _rmtree(s.snapshot_dir)
     # insights: layouts, labels and the map carry their text; drop them until the next run
-    report["insights_removed"] = _rmtree(paths.insights_staging(s)) + _rmtree(s.insights_dir)
+    report["insights_removed"] = _rmtree(s.paths.insights_staging) + _rmtree(s.insights_dir)
     # any other staged Parquet file naming them (a cache this function does not know by name)
     report["staging_other_files"] = _scrub_other_parquet(s, set(handles) | set(contact_ids))
     _vacuum(s.brb_db)
@@ -268,10 +268,10 @@ def _filter_parquet(path: Path, keep: pl.Expr, handles: list[str] | None = None,
         changed = False
     if dropped or changed:
         if group_by:
-            with paths.atomic_parquet_writer(path, kept.schema) as write:
-                paths.write_grouped(write, kept, group_by)
+            with parquet_files.atomic_parquet_writer(path, kept.schema) as write:
+                parquet_files.write_grouped(write, kept, group_by)
         else:
-            paths.atomic_write_parquet(kept, path)
+            parquet_files.atomic_write_parquet(kept, path)
     return dropped
 
 
@@ -361,7 +361,7 @@ def _rmtree(p: Path) -> int:
 
 def drop_retired(s: Settings) -> int:
     """Delete the retired vectors (a cache that holds message text). Returns 1 if there were any."""
-    d = paths.retired_dir(s)
+    d = s.paths.retired_dir
     if not d.exists():
         return 0
     shutil.rmtree(d)

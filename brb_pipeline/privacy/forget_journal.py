@@ -19,6 +19,7 @@ import json
 import time
 from typing import Any
 
+from brb_pipeline.core import DEFAULT_REGION
 from brb_pipeline.core import metadata
 from brb_pipeline.config.settings import Settings
 
@@ -56,7 +57,7 @@ def pending(s: Settings) -> list[tuple[int, dict[str, Any]]]:
     return [(int(i), json.loads(p)) for i, p in rows]
 
 
-def was_forgotten(s: Settings, query: str, finished: list[dict[str, Any]], default_region: str = "US") -> bool:
+def was_forgotten(s: Settings, query: str, finished: list[dict[str, Any]], default_region: str = DEFAULT_REGION) -> bool:
     """Whether ``query`` (a name or handle given to `brb forget`) names someone already forgotten:
     a name or handle of a forget just finished, or a handle on the forgotten list."""
     from brb_pipeline.core.contacts.lookup import fold

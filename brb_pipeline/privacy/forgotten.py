@@ -302,18 +302,14 @@ def migrate_legacy(s: Settings, rules: ForgottenRules, handles: set[str], chats:
     return len(moved)
 
 
-#: A copy of the forgotten list beside brb.db (keyed digests only, as in brb.db), written after
-#: every forget: a brb.db damaged past reading (a sealed image with one bad byte) must not let
-#: forgotten people back in.
-FORGOTTEN_COPY = "forgotten-digests.json"
-
-
 def backup_forgotten(s: Settings) -> None:
-    """Write the forgotten list's digests to :data:`FORGOTTEN_COPY` (atomically)."""
+    """Write the forgotten list's keyed digests beside brb.db (``Home.forgotten_copy``, atomically),
+    after every forget: a brb.db damaged past reading (a sealed image with one bad byte) must not
+    let forgotten people back in."""
     with metadata.connect(s.brb_db) as c:
         c.execute(FORGOTTEN_DDL)
         rows = c.execute("SELECT kind, digest FROM forgotten ORDER BY kind, digest").fetchall()
-    path = s.home / FORGOTTEN_COPY
+    path = s.paths.forgotten_copy
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps([list(r) for r in rows]))
     os.replace(tmp, path)
@@ -321,6 +317,6 @@ def backup_forgotten(s: Settings) -> None:
 
 def forgotten_copy(s: Settings) -> list[tuple]:
     try:
-        return [tuple(r) for r in json.loads((s.home / FORGOTTEN_COPY).read_text())]
+        return [tuple(r) for r in json.loads(s.paths.forgotten_copy.read_text())]
     except (OSError, ValueError, TypeError):
         return []

@@ -16,6 +16,7 @@ import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from brb_pipeline.sources.sqlite_ro import LOCK_TIMEOUT_S
 from brb_pipeline.core.errors import SourceError, SourceMissingError, UnknownSchemaError
 from brb_pipeline.core.records import Person
 from brb_pipeline.sources.sqlite_ro import FileIO, open_readonly, translate_sqlite_error
@@ -71,7 +72,7 @@ def find_addressbooks(root: Path) -> list[Path]:
     return found
 
 
-def read_addressbook(root: Path, *, timeout_s: float = 5.0, io: FileIO | None = None) -> AddressBookResult:
+def read_addressbook(root: Path, *, timeout_s: float = LOCK_TIMEOUT_S, io: FileIO | None = None) -> AddressBookResult:
     """Read every AddressBook store under ``root``.
 
     One unreadable file among several becomes a warning (counted in ``files_failed``); when every

@@ -51,6 +51,8 @@ from typing import Any
 
 import polars as pl
 
+from brb_pipeline.sources.sqlite_ro import LOCK_TIMEOUT_S
+from brb_pipeline.core.records.handles import DEFAULT_REGION
 from brb_pipeline.core.errors import CancelledError
 from brb_pipeline.core.records.handles import normalize_handle
 from brb_pipeline.core.records import (
@@ -149,11 +151,11 @@ _RAW_SCHEMA = {
 def read_imessage(
     path: Path,
     *,
-    default_region: str = "US",
+    default_region: str = DEFAULT_REGION,
     cancel: Callable[[], bool] | None = None,
     progress: Callable[[int, int], None] | None = None,
     chunk_rows: int = CHUNK_ROWS,
-    timeout_s: float = 5.0,
+    timeout_s: float = LOCK_TIMEOUT_S,
     attachments_dir: Path | None = None,
 ) -> ReadResult:
     """Read every message and chat of a chat.db, read-only.

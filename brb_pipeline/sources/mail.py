@@ -36,6 +36,7 @@ from urllib.parse import unquote, urlparse
 
 import polars as pl
 
+from brb_pipeline.sources.sqlite_ro import LOCK_TIMEOUT_S
 from brb_pipeline.core.errors import SourceMissingError
 from brb_pipeline.core.records import CHAT_SCHEMA, EXTRA, MESSAGE_SCHEMA, REACTION, ReadResult, read_all
 from brb_pipeline.core.records.handles import normalize_handle
@@ -351,7 +352,7 @@ def _frame(rows: list[tuple]) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schema, orient="row").select(list(MESSAGE_SCHEMA.names()))
 
 
-def copy_bodies(version_dir: Path, dest_version_dir: Path, timeout_s: float = 5.0,
+def copy_bodies(version_dir: Path, dest_version_dir: Path, timeout_s: float = LOCK_TIMEOUT_S,
                 io: FileIO | None = None) -> dict[str, int]:
     """Copy the body files of the messages in ``dest_version_dir``'s Envelope Index copy.
 

@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from brb_pipeline.sources.sqlite_ro import LOCK_TIMEOUT_S
 from brb_pipeline.core.errors import NotADatabaseError, SourceError, SourceMissingError, UnknownSchemaError
 from brb_pipeline.sources.mail import ENVELOPE_INDEX, copy_bodies, locate_envelope_index
 from brb_pipeline.sources.mail import WHAT as MAIL_WHAT
@@ -191,7 +192,7 @@ def take_snapshot(
     chat_db: Path | None,
     addressbook_dir: Path | None,
     whatsapp_db: Path | None,
-    timeout_s: float = 5.0,
+    timeout_s: float = LOCK_TIMEOUT_S,
     mail_dir: Path | None = None,
     io: FileIO | None = None,
 ) -> Snapshot:

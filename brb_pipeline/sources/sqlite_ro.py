@@ -12,6 +12,7 @@ from typing import Any
 
 import polars as pl
 
+from brb_pipeline.core.records.handles import DEFAULT_REGION
 from brb_pipeline.core.errors import (
     CancelledError,
     DatabaseLockedError,
@@ -22,6 +23,10 @@ from brb_pipeline.core.errors import (
 from brb_pipeline.core.records import MESSAGE_SCHEMA, ReadResult
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+#: How long a reader waits for a source database another app holds locked.
+LOCK_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -57,7 +62,7 @@ def open_readonly(
     *,
     what: str = "database",
     required: Mapping[str, Set[str]] | None = None,
-    timeout_s: float = 5.0,
+    timeout_s: float = LOCK_TIMEOUT_S,
     io: FileIO | None = None,
 ) -> sqlite3.Connection:
     """Open an SQLite file with ``mode=ro`` and check it looks like what we expect.
@@ -174,11 +179,11 @@ class BlockReader:
         self,
         path: Path,
         *,
-        default_region: str = "US",
+        default_region: str = DEFAULT_REGION,
         cancel: Callable[[], bool] | None = None,
         progress: Callable[[int, int], None] | None = None,
         chunk_rows: int = 10_000,
-        timeout_s: float = 5.0,
+        timeout_s: float = LOCK_TIMEOUT_S,
         io: FileIO | None = None,
     ) -> None:
         self.path = Path(path).expanduser()

@@ -29,6 +29,8 @@ from typing import Any
 
 import polars as pl
 
+from brb_pipeline.sources.sqlite_ro import LOCK_TIMEOUT_S
+from brb_pipeline.core.records.handles import DEFAULT_REGION
 from brb_pipeline.core.records.handles import normalize_handle
 from brb_pipeline.core.records import CHAT_SCHEMA, EXTRA, MESSAGE_SCHEMA, ORPHAN_CHAT_ID, REACTION, ReadResult, read_all
 from brb_pipeline.sources.sqlite_ro import BlockReader, closed_on_error, open_readonly, stat_warnings
@@ -80,11 +82,11 @@ ProgressFn = Callable[[int, int], None]
 def read_whatsapp(
     path: Path,
     *,
-    default_region: str = "US",
+    default_region: str = DEFAULT_REGION,
     cancel: Cancel | None = None,
     progress: ProgressFn | None = None,
     chunk_rows: int = FETCH_ROWS,
-    timeout_s: float = 5.0,
+    timeout_s: float = LOCK_TIMEOUT_S,
 ) -> ReadResult:
     """Read a WhatsApp store into MESSAGE_SCHEMA / CHAT_SCHEMA frames (channel ``"whatsapp"``).
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import hashlib
 import logging
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +21,7 @@ from brb_pipeline.core.chunking import CHUNK_FORMAT, CHUNK_SCHEMA, ChunkParams, 
 from brb_pipeline.core.crypto import files
 from brb_pipeline.core.errors import CancelledError, StoreError
 from brb_pipeline.core.store.chunks import write_partition
-from brb_pipeline.config import home as paths
+from brb_pipeline.core.store import parquet_files
 from brb_pipeline.stages.batch_progress import BatchProgress
 from brb_pipeline.config.settings import Settings
 
@@ -30,14 +31,14 @@ EMBED_GROUP = 256  # chunks per embed() call: the unit of progress and cancellat
 
 
 def chunk_params(s: Settings, document_prefix: str = "") -> ChunkParams:
-    return ChunkParams(window=s.window, stride=s.stride, gap_s=s.conversation_gap_s, min_chars=s.min_chars,
-                       document_prefix=document_prefix, time_zone=s.time_zone)
+    """The settings' chunking with the embedding model's document prefix."""
+    return dataclasses.replace(s.chunking, document_prefix=document_prefix)
 
 
 def batch_messages(s: Settings, batch: str) -> pl.DataFrame:
     """The messages of one batch: only its row groups of the staging Parquet are decoded (the file
     is grouped by batch, see ``ingest._write_messages``)."""
-    src = paths.messages(s)
+    src = s.paths.messages
     if not src.exists():
         raise StoreError(f"no parsed messages in {s.staging_dir}: run `brb ingest` first")
     return files.read_parquet_where(src, "batch", batch)
@@ -79,7 +80,7 @@ def configured_model_id(s: Settings) -> str:
     """The model id (name@weights-hash) the settings select, from the process's embedder."""
     from brb_pipeline.core.embedding.models import load_embedder
 
-    return load_embedder(s).model_id
+    return load_embedder(s.embedding).model_id
 
 
 def embed_keys(s: Settings, fingerprints: dict[str, str], model_id: str | None = None) -> dict[str, str]:
@@ -119,7 +120,7 @@ def run_chunk(s: Settings, batch: str, document_prefix: str = "",
     contact_names, sender_names = name_maps(s)
     chunks = chunk_messages(msgs, batch=batch, contact_names=contact_names, sender_names=sender_names,
                             params=chunk_params(s, document_prefix))
-    paths.atomic_write_parquet(chunks, paths.chunks(s, batch))
+    parquet_files.atomic_write_parquet(chunks, s.paths.chunks(batch))
     n = chunks.height
     return {
         "messages": msgs.height,
@@ -155,13 +156,13 @@ def run_embed(
     t0 = time.perf_counter()
     row = metadata.get_batch(s.brb_db, batch) or {}
     key = embed_keys(s, {batch: row.get("fingerprint", "")}, embedder.model_id)[batch]
-    out = paths.partition(s, batch)
+    out = s.paths.partition(batch)
     if row.get("embedded_fingerprint") == key and row.get("embedding_model") and out.exists():
         if progress:
             progress(0, 0)
         return {"skipped": True, "reason": "unchanged since last embedding", "chunks": row.get("chunks") or 0,
                 "embedding_model": row.get("embedding_model"), "seconds": round(time.perf_counter() - t0, 3)}
-    src = paths.chunks(s, batch)
+    src = s.paths.chunks(batch)
     chunks = files.read_parquet(src) if src.exists() else pl.DataFrame(schema=CHUNK_SCHEMA)
     texts = chunks["embedding_text"].to_list()
     config = embed_config(embedder)
@@ -300,11 +301,11 @@ def other_vectors(s: Settings, batch: str, wanted: set[str], config: str, dim: i
     Returns:
         Vectors of shape (dim,) float32 for the texts found (a subset of ``wanted``).
     """
-    own = paths.partition(s, batch)
+    own = s.paths.partition(batch)
     sources = [p for p in sorted(own.parent.glob("batch=*.parquet"))
                if p.name != own.name and _read_text(_config_path(p)) == config
                and (contacts is None or _holds_contact(p, contacts))]
-    sources += [p for p in sorted(paths.retired_dir(s).glob("batch=*.parquet")) if _retired_config(p) == config]
+    sources += [p for p in sorted(s.paths.retired_dir.glob("batch=*.parquet")) if _retired_config(p) == config]
     found: dict[str, np.ndarray] = {}
     left = set(wanted)
     for p in sources:
@@ -368,7 +369,7 @@ def retire_vectors(s: Settings, batch: str, previous: dict[str, np.ndarray], tex
     dim = vecs.shape[1]
     table = pa.table({"embedding_text": pa.array(gone, pa.string()),
                       "embedding": pa.FixedSizeListArray.from_arrays(pa.array(vecs.reshape(-1)), dim)})
-    path = paths.retired(s, batch)
+    path = s.paths.retired(batch)
     if _retired_config(path) == config:
         try:
             old = files.read_arrow(path, columns=["embedding_text", "embedding"])

@@ -25,9 +25,9 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
+from brb_pipeline.config.home import Home
 from brb_pipeline.core.errors import BrbError, CancelledError
 
-LOCK_NAME = "ingest.lock"
 POLL_S = 0.2
 
 _held: dict[str, list] = {}  # resolved lock path -> [fd, depth]
@@ -39,7 +39,7 @@ class HomeBusyError(BrbError):
 
 
 def lock_path(home: Path) -> Path:
-    return Path(home) / LOCK_NAME
+    return Home(Path(home)).ingest_lock
 
 
 def holder(home: Path) -> dict:

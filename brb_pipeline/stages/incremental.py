@@ -13,7 +13,6 @@ from typing import Any
 import polars as pl
 
 from brb_pipeline.core import metadata
-from brb_pipeline.config import home as paths
 from brb_pipeline.stages.embed import embed_keys
 from brb_pipeline.config.settings import Settings
 
@@ -37,7 +36,7 @@ def pending_work(s: Settings, model_id: str | None = None) -> dict[str, Any]:
     keys = embed_keys(s, {r["batch"]: r["fingerprint"] for r in rows}, model_id)
     to_embed = sorted(r["batch"] for r in rows
                       if r.get("embedded_fingerprint") != keys[r["batch"]]
-                      or not paths.partition(s, r["batch"]).exists())
+                      or not s.paths.partition(r["batch"]).exists())
     to_load = sorted(r["batch"] for r in rows
                      if r["batch"] not in to_embed and r.get("loaded_fingerprint") != r.get("embedded_fingerprint"))
     state = hashlib.sha1(repr([(r["batch"], r.get("embedded_fingerprint"), r.get("loaded_fingerprint"))

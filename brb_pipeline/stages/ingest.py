@@ -25,7 +25,7 @@ from brb_pipeline.core.contacts import people_db
 from brb_pipeline.core.contacts.people import person_stats
 from brb_pipeline.core.contacts.stats import contact_stats
 from brb_pipeline.keys import provider as keys
-from brb_pipeline.config import home as paths
+from brb_pipeline.core.store import parquet_files
 from brb_pipeline.privacy.forgotten import forgotten_rules
 from brb_pipeline.privacy.scrub import scrub_snapshot
 from brb_pipeline.config.settings import Settings
@@ -79,7 +79,7 @@ def run_snapshot(s: Settings, progress: Progress | None = None) -> dict[str, Any
     manifest = _jsonable(dataclasses.asdict(snap)) if dataclasses.is_dataclass(snap) else dict(snap)
     manifest["channels"] = s.channels()
     manifest["taken_at"] = time.time()
-    paths.snapshot_manifest(s).write_text(json.dumps(manifest, indent=2, default=str))
+    s.paths.snapshot_manifest.write_text(json.dumps(manifest, indent=2, default=str))
     if progress:
         progress.update("snapshot", 100, "snapshot taken")
     for w in snap.warnings:
@@ -115,7 +115,7 @@ def _mail_dir(s: Settings) -> Path | None:
 
 def snapshot_files(s: Settings) -> dict[str, Any]:
     """The snapshot manifest written by :func:`run_snapshot`."""
-    p = paths.snapshot_manifest(s)
+    p = s.paths.snapshot_manifest
     if not p.exists():
         raise SourceMissingError(f"no snapshot in {s.snapshot_dir}: run `brb ingest` first")
     return json.loads(p.read_text())
@@ -136,7 +136,7 @@ def run_parse(s: Settings, progress: Progress | None = None, cancel: Cancel | No
     stats: dict[str, int] = {}
     warnings: list[str] = []
     read: dict[str, int] = {}  # rows read per channel: the rate counts every channel's rows
-    with paths.atomic_parquet_writer(paths.parsed_messages(s), MESSAGE_SCHEMA) as write:
+    with parquet_files.atomic_parquet_writer(s.paths.parsed_messages, MESSAGE_SCHEMA) as write:
         for i, channel in enumerate(channels):
             def prog(done: int, total: int, i: int = i, channel: str = channel) -> None:
                 read[channel] = done
@@ -165,7 +165,7 @@ def run_parse(s: Settings, progress: Progress | None = None, cancel: Cancel | No
                 stats[k] = stats.get(k, 0) + int(v)
             warnings.extend(result.warnings)
     chat_frame = pl.concat(chats, how="vertical") if chats else pl.DataFrame(schema=CHAT_SCHEMA)
-    paths.atomic_write_parquet(chat_frame, paths.parsed_chats(s))
+    parquet_files.atomic_write_parquet(chat_frame, s.paths.parsed_chats)
     for w in warnings:
         log.warning("Parsing - %s", w)
     n = tally.messages
@@ -242,7 +242,7 @@ def run_contacts(s: Settings) -> dict[str, Any]:
     and batch).
     """
     t0 = time.perf_counter()
-    chats = files.read_parquet(paths.parsed_chats(s))
+    chats = files.read_parquet(s.paths.parsed_chats)
     snap = snapshot_files(s)
     people: list = []
     ab_warnings: list[str] = []
@@ -257,7 +257,7 @@ def run_contacts(s: Settings) -> dict[str, Any]:
         ab_warnings.append("no AddressBook given: contacts are shown by handle (pass --addressbook DIR)")
     for w in ab_warnings:
         log.warning("Contacts - %s", w)
-    parsed = paths.parsed_messages(s)
+    parsed = s.paths.parsed_messages
     res = resolve_contacts(files.read_parquet(parsed, columns=_RESOLVE_COLUMNS), chats, people,
                            default_region=s.default_region)
     contact_id = res.messages.get_column("contact_id")  # same file and row order as the stats columns
@@ -310,7 +310,7 @@ def _write_messages(s: Settings, chat_contact: pl.DataFrame, batches: pl.DataFra
         chat_contact: (chat_id, contact_id), one row per chat of the parsed messages.
         batches: (contact_id, batch) assignments.
     """
-    src = files.parquet_file(paths.parsed_messages(s))
+    src = files.parquet_file(s.paths.parsed_messages)
     schema = pl.Schema({**MESSAGE_SCHEMA, "contact_id": pl.Utf8, "batch": batches.schema["batch"]})
 
     def with_batch(frame: pl.DataFrame) -> pl.DataFrame:
@@ -320,7 +320,7 @@ def _write_messages(s: Settings, chat_contact: pl.DataFrame, batches: pl.DataFra
 
     per = (with_batch(pl.from_arrow(src.read(columns=["chat_id"]))).group_by("batch")
            .agg(pl.len().alias("messages")).sort("batch", nulls_last=True))
-    with paths.atomic_parquet_writer(paths.messages(s), schema) as write:
+    with parquet_files.atomic_parquet_writer(s.paths.messages, schema) as write:
         for group in _pack_batches(per, max(_SORT_ROWS, int(per["messages"].max() or 0))):
             keys = [b for b in group if b is not None]
             own = pl.col("batch").is_in(keys) | (pl.col("batch").is_null() if None in group else pl.lit(False))
@@ -333,7 +333,7 @@ def _write_messages(s: Settings, chat_contact: pl.DataFrame, batches: pl.DataFra
                 continue
             rows = pl.concat(blocks).sort("batch", nulls_last=True, maintain_order=True)
             del blocks
-            paths.write_grouped(write, rows, "batch")
+            parquet_files.write_grouped(write, rows, "batch")
             del rows
 
 
@@ -343,7 +343,7 @@ def run_batches(s: Settings, model_id: str | None = None) -> tuple[list[str], li
     Returns:
         (all batch keys in order, the keys that changed since they were embedded, metadata).
     """
-    scan = files.scan_parquet(paths.messages(s))
+    scan = files.scan_parquet(s.paths.messages)
     per = (scan.group_by("batch").agg(pl.len().alias("messages"), pl.col("contact_id").n_unique().alias("contacts"))
            .collect())
     fps: dict[str, str] = {}

@@ -41,7 +41,6 @@ from brb_pipeline.core.insights.map import MapFiles, cluster_summary, summary_ma
 from brb_pipeline.core.insights.projection import embedding_fingerprints
 from brb_pipeline.core.progress import Progress
 from brb_pipeline.keys import provider as keys
-from brb_pipeline.config import home as paths
 from brb_pipeline.stages.insights_io import (
     FORMAT,
     load_store,
@@ -100,7 +99,7 @@ def run_projection(s: Settings, refit: bool = False, progress: Progress | None =
         out, info, meta = refit_layout(s, emb, ids, fps)
         meta["refit_reason"] = plan.reason
     faults.point("projection")
-    write_with_info(out, paths.projection(s), {**base, **info})
+    write_with_info(out, s.paths.projection, {**base, **info})
     _report(progress, 55, f"layout {meta['method']}")
     return {"chunks": n, "dim": base["dim"], **meta, "store_generation": gen,
             "seconds": round(time.perf_counter() - t0, 3)}
@@ -127,7 +126,7 @@ def run_clusters(s: Settings, refit: bool = False, progress: Progress | None = N
     rows, emb, _ = load_store(s)
     fps = embedding_fingerprints(emb) if rows.height else np.zeros(0, np.uint64)
     proj, pinfo = _current_projection(s, rows, fps)
-    prev_frame, cinfo = read_with_info(paths.clusters(s))
+    prev_frame, cinfo = read_with_info(s.paths.clusters)
     prev = dict(zip(prev_frame["chunk_id"].to_list(), prev_frame["cluster_id"].to_list())) \
         if prev_frame is not None else {}
     ids = rows["chunk_id"] if rows.height else pl.Series("chunk_id", [], dtype=pl.Utf8)
@@ -143,7 +142,7 @@ def run_clusters(s: Settings, refit: bool = False, progress: Progress | None = N
     kept = len({int(c) for c in res_labels if c >= 0} & {int(c) for c in prev.values() if c >= 0})
     out = pl.DataFrame({"chunk_id": ids, "cluster_id": res_labels.astype(np.int64), "emb_fp": fps},
                        schema={"chunk_id": pl.Utf8, "cluster_id": pl.Int64, "emb_fp": pl.UInt64})
-    write_with_info(out, paths.clusters(s), {"format": FORMAT, "fit_id": pinfo.get("fit_id"), "method": info["method"]})
+    write_with_info(out, s.paths.clusters, {"format": FORMAT, "fit_id": pinfo.get("fit_id"), "method": info["method"]})
     return {**info, "chunks": rows.height, "ids_kept_from_previous_run": kept,
             "seconds": round(time.perf_counter() - t0, 3)}
 
@@ -154,7 +153,7 @@ def _current_projection(s: Settings, rows: pl.DataFrame, fps: np.ndarray) -> tup
     Raises:
         StoreError: no projection yet, or one older than the store.
     """
-    proj, pinfo = read_with_info(paths.projection(s))
+    proj, pinfo = read_with_info(s.paths.projection)
     if proj is None:
         raise StoreError("no projection yet: materialize `projection` first")
     if proj.height != rows.height or (rows.height and proj["chunk_id"].to_list() != rows["chunk_id"].to_list()):
@@ -179,11 +178,11 @@ def default_labeler(s: Settings, embedder: Any | None = None) -> LabelChain:
         try:
             from brb_pipeline.core.embedding.models import load_embedder
 
-            embedder = load_embedder(s)
+            embedder = load_embedder(s.embedding)
         except BrbError as e:
             log.warning("Labels - no embedding model for label re-ranking (%s): c-TF-IDF labels only",
                         type(e).__name__)
-    return make_labeler(s, embedder=embedder, names=names)
+    return make_labeler(s.labeler_model_path, embedder=embedder, names=names, seed=s.seed)
 
 
 def run_labels(s: Settings, labeler: LabelChain | None = None, embedder: Any | None = None,
@@ -207,7 +206,7 @@ def run_labels(s: Settings, labeler: LabelChain | None = None, embedder: Any | N
     labeler = labeler or default_labeler(s, embedder)
     kind = labeler.kind
     keep, bases = _keepable_labels(s, kind, members)
-    out, hits = label_clusters(labeler, docs, members, LabelCache(paths.label_cache(s)),
+    out, hits = label_clusters(labeler, docs, members, LabelCache(s.paths.label_cache),
                                reuse=keep) if docs else ([], 0)
     table = pl.DataFrame({
         "cluster_id": [lab.cluster_id for lab in out],
@@ -220,7 +219,7 @@ def run_labels(s: Settings, labeler: LabelChain | None = None, embedder: Any | N
     }, schema={"cluster_id": pl.Int64, "label": pl.Utf8, "terms": pl.List(pl.Utf8), "label_source": pl.Utf8,
                "made_from": pl.List(pl.Utf8)})
     faults.point("labels")
-    write_with_info(table, paths.cluster_labels(s), {"format": FORMAT, "labeler": kind})
+    write_with_info(table, s.paths.cluster_labels, {"format": FORMAT, "labeler": kind})
     return {
         "clusters": len(out),
         "labelled_now": len(out) - hits - len(keep),
@@ -236,7 +235,7 @@ def run_labels(s: Settings, labeler: LabelChain | None = None, embedder: Any | N
 def _cluster_docs(s: Settings) -> tuple[list[ClusterDocs], dict[int, list[str]]]:
     """What the labeler sees of each cluster (ids >= 0, ascending), and each cluster's chunk ids."""
     rows, emb, _, store_model = load_store_with_model(s, ("chunk_id", "content"))
-    cl = files.read_parquet(paths.clusters(s))
+    cl = files.read_parquet(s.paths.clusters)
     labels = cl["cluster_id"].to_numpy() if cl.height else np.zeros(0, dtype=np.int64)
     contents = rows["content"].to_list() if rows.height else []
     ids = rows["chunk_id"].to_list() if rows.height else []
@@ -257,7 +256,7 @@ def _keepable_labels(s: Settings, kind: str, members: dict[int, list[str]]
     """The previous run's labels still good for ``members`` (see
     :func:`~brb_pipeline.core.insights.labels.keep_by_overlap`); none when they were made by
     another labeler kind."""
-    prev, info = read_with_info(paths.cluster_labels(s))
+    prev, info = read_with_info(s.paths.cluster_labels)
     if prev is None or info.get("labeler") != kind or "made_from" not in prev.columns:
         return {}, {}
     return keep_by_overlap(prev.iter_rows(named=True), members)
@@ -275,12 +274,12 @@ def map_points(s: Settings) -> tuple[pl.DataFrame, pl.DataFrame]:
     Raises:
         BrbError: no insights yet.
     """
-    if not paths.cluster_labels(s).exists():
+    if not s.paths.cluster_labels.exists():
         raise BrbError(f"no insights map in {s.home}: run `brb ingest` (or `brb demo`) first")
     rows, _, _ = load_store(s, ("chunk_id", "contact_id", "start_ts", "content"), vectors=False)
-    proj = files.read_parquet(paths.projection(s))
-    cl = files.read_parquet(paths.clusters(s))
-    labels = files.read_parquet(paths.cluster_labels(s))
+    proj = files.read_parquet(s.paths.projection)
+    cl = files.read_parquet(s.paths.clusters)
+    labels = files.read_parquet(s.paths.cluster_labels)
     contacts = metadata.read_contacts(s.brb_db).select("contact_id", "display_name")
     points = (
         rows.select("chunk_id", "contact_id", "start_ts", "content")

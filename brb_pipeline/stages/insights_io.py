@@ -15,7 +15,7 @@ import pyarrow as pa
 from brb_pipeline.core.crypto import files
 from brb_pipeline.core.errors import StoreError
 from brb_pipeline.core.store import duck
-from brb_pipeline.config.home import atomic_write_parquet
+from brb_pipeline.core.store.parquet_files import atomic_write_parquet
 from brb_pipeline.stages.store import GENERATION
 from brb_pipeline.config.settings import Settings
 

@@ -22,7 +22,6 @@ import polars as pl
 
 from brb_pipeline.core.insights.clustering import cluster, stable_cluster_ids, vote_by_neighbours
 from brb_pipeline.core.insights.projection import nearest_neighbours, neighbour_mean, project
-from brb_pipeline.config import home as paths
 from brb_pipeline.stages.insights_io import FORMAT, read_with_info
 from brb_pipeline.config.settings import Settings
 
@@ -72,7 +71,7 @@ def plan_layout(s: Settings, ids: pl.Series, fps: np.ndarray, model: str | None,
         return Plan("refit asked")
     if n == 0:
         return Plan("empty store")
-    prev, info = read_with_info(paths.projection(s))
+    prev, info = read_with_info(s.paths.projection)
     if prev is None or info.get("format") != FORMAT or not set(PROJECTION_SCHEMA) <= set(prev.columns):
         return Plan("no previous projection")
     if info.get("embedding_model") != model:
@@ -105,8 +104,7 @@ def refit_layout(s: Settings, emb: np.ndarray, ids: pl.Series,
            fps: np.ndarray) -> tuple[pl.DataFrame, dict[str, Any], dict[str, Any]]:
     """PCA to ``pca_dim`` then UMAP to 2-D and 3-D, fitted on a sample for large stores."""
     n = len(ids)
-    proj = project(emb, pca_dim=s.pca_dim, n_neighbors=s.umap_neighbors, min_dist=s.umap_min_dist,
-                   sample=s.umap_sample, seed=s.seed) if n else None
+    proj = project(emb, **s.projection.kwargs()) if n else None
     xy = proj.xy if proj else np.zeros((0, 2), np.float32)
     xyz = proj.xyz if proj else np.zeros((0, 3), np.float32)
     out = _frame(ids, xy, xyz, fps, np.zeros(n, dtype=bool))
@@ -203,8 +201,7 @@ def hdbscan_clusters(s: Settings, xy: np.ndarray, emb: np.ndarray, ids: list[str
                      previous: dict[str, int]) -> tuple[np.ndarray, dict[str, Any]]:
     """HDBSCAN on the 2-D layout, near-duplicate clusters merged, close noise reassigned, and
     ids kept stable against ``previous`` (chunk id -> its previous cluster id)."""
-    res = cluster(xy, emb, min_cluster_size=s.hdbscan_min_cluster_size, min_samples=s.hdbscan_min_samples,
-                  merge_threshold=s.merge_threshold, noise_threshold=s.noise_reassign_threshold, seed=s.seed)
+    res = cluster(xy, emb, **s.clustering.kwargs())
     labels = stable_cluster_ids(previous, ids, res.labels)
     info = {"method": "hdbscan", "n_clusters": int(res.n_clusters),
             "noise_before": round(float(res.noise_before), 4),

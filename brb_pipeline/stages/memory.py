@@ -28,7 +28,6 @@ from brb_pipeline.core.memory.parse import Losses
 from brb_pipeline.core.memory.profile import PROFILE_SCHEMA, derive_profiles
 from brb_pipeline.core.memory.prompts import PROMPT_VERSION
 from brb_pipeline.core.memory.topics import TOPIC_SCHEMA, distill
-from brb_pipeline.config import home as paths
 from brb_pipeline.stages.embed import batch_messages
 from brb_pipeline.config.settings import Settings
 
@@ -89,7 +88,7 @@ def run_topics(s: Settings, batch: str, generator: Generator | None = None,
     if gen is None:
         return _skip(NO_MODEL, t0, topics=0)
     key = topics_key(s, batch, gen.model_id)
-    out = paths.topics(s, batch)
+    out = s.paths.topics(batch)
     info = file_info(out)
     if info.get("key") == key:
         return _skip("unchanged since the last distillation", t0, topics=info["rows"], model_id=gen.model_id)
@@ -113,7 +112,7 @@ def run_profiles(s: Settings, batch: str, generator: Generator | None = None,
     gen = generator or load_generator(s)
     if gen is None:
         return _skip(NO_MODEL, t0, profiles=0)
-    src, out = paths.topics(s, batch), paths.profiles(s, batch)
+    src, out = s.paths.topics(batch), s.paths.profiles(batch)
     topics_info = file_info(src)
     if not topics_info:
         return _skip("no topics for this batch yet", t0, profiles=0)
@@ -139,8 +138,8 @@ def pending(s: Settings, batches: list[str], model_id: str | None) -> list[str]:
     if model_id is None:
         return []
     return [b for b in batches
-            if file_info(paths.topics(s, b)).get("key") != topics_key(s, b, model_id)
-            or not file_info(paths.profiles(s, b))]
+            if file_info(s.paths.topics(b)).get("key") != topics_key(s, b, model_id)
+            or not file_info(s.paths.profiles(b))]
 
 
 def run_summary(s: Settings, topic_metas: list[dict[str, Any]],
@@ -164,8 +163,8 @@ def run_summary(s: Settings, topic_metas: list[dict[str, Any]],
 def memory_files(s: Settings, batches: set[str]) -> tuple[list[Path], list[Path], str]:
     """The topics and profiles files of ``batches`` and a key of what they hold (names, sizes,
     times), which the store records to know when to load them again."""
-    topics = [p for b in sorted(batches) if (p := paths.topics(s, b)).exists()]
-    profiles = [p for b in sorted(batches) if (p := paths.profiles(s, b)).exists()]
+    topics = [p for b in sorted(batches) if (p := s.paths.topics(b)).exists()]
+    profiles = [p for b in sorted(batches) if (p := s.paths.profiles(b)).exists()]
     h = hashlib.sha1(b"memory-v1")
     for p in topics + profiles:
         st = p.stat()

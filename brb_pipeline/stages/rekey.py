@@ -24,11 +24,12 @@ from brb_pipeline.core.crypto.sealed import is_sealed, key_check, seal, subkey, 
 from brb_pipeline.core.errors import EncryptionKeyError, StoreError
 from brb_pipeline.keys import provider as keys
 from brb_pipeline.stages.store import discard_next, fsync
+from brb_pipeline.config.home import Home
 from brb_pipeline.config.settings import Settings
 
 SUFFIX = ".rekey"
 #: Folders never holding sealed files: Dagster's own storage and the demo's source stand-in.
-_SKIP_DIRS = {"dagster", "demo-archive"}
+_SKIP_DIRS = {Home(Path()).dagster_home.name, Home(Path()).demo_archive_dir.name}
 
 
 def _home_files(home: Path) -> list[Path]:

@@ -125,10 +125,9 @@ def rebuild_store(s: Settings) -> dict[str, Any]:
 
 def mark_missing_partitions(s: Settings) -> list[str]:
     """Batches brb.db calls embedded whose staged partition is gone: marked to embed again."""
-    from brb_pipeline.config import home as paths  # polars: only where a rebuild needs it
 
     gone = [b["batch"] for b in metadata.all_batches(s.brb_db)
-            if b.get("embedded_fingerprint") and not paths.partition(s, b["batch"]).exists()]
+            if b.get("embedded_fingerprint") and not s.paths.partition(b["batch"]).exists()]
     if gone:
         metadata.reset_embedded(s.brb_db, gone)
     return gone

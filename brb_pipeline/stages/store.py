@@ -29,7 +29,6 @@ from brb_pipeline.core.progress import Progress
 from brb_pipeline.core.store.index import build_fts, build_hnsw, index_status
 from brb_pipeline.core.store.topic_index import index_topics, topic_index_due
 from brb_pipeline.core.store.chunks import LoadMemoryError, load_partitions, store_stats
-from brb_pipeline.config import home as paths
 from brb_pipeline.privacy.forget import drop_retired
 from brb_pipeline.stages.memory import memory_files
 from brb_pipeline.config.settings import Settings
@@ -47,7 +46,7 @@ def _wal(p: Path) -> Path:
 
 def discard_next(s: Settings) -> bool:
     """Delete a staging copy of the store (left by a killed or failed run). Returns whether one existed."""
-    nxt = paths.store_next(s)
+    nxt = s.paths.store_next
     existed = nxt.exists()
     for f in (nxt, _wal(nxt)):
         f.unlink(missing_ok=True)
@@ -58,7 +57,7 @@ def discard_next(s: Settings) -> bool:
 def _begin_update(s: Settings) -> Path:
     """A fresh staging copy of the store (an empty path when there is no store yet)."""
     discard_next(s)
-    nxt = paths.store_next(s)
+    nxt = s.paths.store_next
     if s.duckdb_path.exists():
         shutil.copyfile(s.duckdb_path, nxt)
         if _wal(s.duckdb_path).exists():  # committed but not checkpointed: replayed when the copy opens
@@ -82,7 +81,7 @@ def publish(s: Settings) -> dict[str, Any] | None:
         ``{"rows", "generation"}`` when it published; None when there is no copy or an index is
         still missing in it.
     """
-    nxt = paths.store_next(s)
+    nxt = s.paths.store_next
     if not nxt.exists():
         return None
     con = duck.connect(nxt)
@@ -150,11 +149,11 @@ def _load(s: Settings) -> dict[str, Any]:
     model = sorted(models)[0] if models else None
     replace_all = bool(stored_model and model and stored_model != model)
     todo = {
-        b: paths.partition(s, b)
+        b: s.paths.partition(b)
         for b, row in batches.items()
         if row.get("embedded_fingerprint")
         and (replace_all or row.get("loaded_fingerprint") != row["embedded_fingerprint"] or b not in stored)
-        and paths.partition(s, b).exists()
+        and s.paths.partition(b).exists()
     }
     remove = sorted(set(stored) - set(batches))
     memory = memory_files(s, set(batches))
@@ -229,7 +228,7 @@ def prune_partitions(s: Settings, keep: set[str]) -> int:
     """Delete the staged files of batches that no longer exist: they hold message text that no
     stage reads any more. Returns the number of files removed."""
     n = 0
-    for key, files in paths.staged_batch_files(s).items():
+    for key, files in s.paths.staged_batch_files().items():
         if key not in keep:
             for f in files:
                 f.unlink(missing_ok=True)
@@ -250,7 +249,7 @@ def _index_progress(s: Settings, kind: str, build: Callable[[Any], Any], force: 
         progress.update("saving", 45, f"building {name} index")
     meta = _index_stage(s, kind, build, force, topics)
     if progress:
-        if paths.store_next(s).exists():
+        if s.paths.store_next.exists():
             progress.update("saving", 70, f"{name} built, waiting for the other index")
         else:
             progress.update("saving", 100, "indexes ready")
@@ -267,7 +266,7 @@ def _index_stage(s: Settings, kind: str, build: Callable[[Any], Any], force: boo
     scheme, or ``force``) is built in a fresh copy, which is then published.
     """
     t0 = time.perf_counter()
-    nxt = paths.store_next(s)
+    nxt = s.paths.store_next
     if not nxt.exists():
         if not s.duckdb_path.exists():
             return {"rebuilt": False, "reason": "no store yet", "rows": 0, "published": False,
@@ -320,7 +319,7 @@ def _topics(s: Settings, embedder: Callable[[Settings], Any] | None, force: bool
             return embedder(s)
         from brb_pipeline.core.embedding.models import load_embedder
 
-        return load_embedder(s)
+        return load_embedder(s.embedding)
 
     return lambda con: index_topics(con, load, force=force, m=s.hnsw_m, ef_construction=s.hnsw_ef_construction,
                                     region=s.default_region)

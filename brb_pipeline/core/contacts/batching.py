@@ -20,6 +20,7 @@ re-embedding after an upgrade).
 
 from __future__ import annotations
 
+
 import hashlib
 import heapq
 import re
@@ -27,6 +28,8 @@ from collections.abc import Mapping
 
 import numpy as np
 import polars as pl
+
+from brb_pipeline.core.contacts.params import BatchParams
 
 BATCH_PREFIX = "batch-"
 _KEY_RE = re.compile(r"^batch-(\d{3,})$")
@@ -39,9 +42,9 @@ ASSIGNMENT_SCHEMA = pl.Schema({"contact_id": pl.Utf8, "batch": pl.Utf8, "rank": 
 def assign_batches(
     stats: pl.DataFrame,
     *,
-    top_n: int = 50,
-    top_size: int = 10,
-    rest_size: int = 50,
+    top_n: int = BatchParams.top_n,
+    top_size: int = BatchParams.top_size,
+    rest_size: int = BatchParams.rest_size,
     previous: Mapping[str, str] | None = None,
 ) -> pl.DataFrame:
     """Give every contact exactly one batch.

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from brb_pipeline.core import DEFAULT_REGION
 from brb_pipeline.core import metadata
 from brb_pipeline.core.errors import BrbError
 from brb_pipeline.core.contacts.routing import fold
 
 
-def find_contacts(db: Path, names: list[str], *, default_region: str = "US") -> list[str]:
+def find_contacts(db: Path, names: list[str], *, default_region: str = DEFAULT_REGION) -> list[str]:
     """Contact ids for each of ``names``; one-line errors for no match or an ambiguous one.
 
     Matching order per name: contact id (any contact, a group chat's ``g:...`` too); an exact

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from brb_pipeline.core import DEFAULT_REGION
 from brb_pipeline.core import metadata
 from brb_pipeline.core.errors import BrbError
 from brb_pipeline.core.contacts.routing import fold
@@ -111,7 +112,7 @@ def handle_names(path: Path) -> dict[str, str]:
             "SELECT p.display_name, j.value FROM people p, json_each(p.handles_json) j ORDER BY p.person_id")}
 
 
-def match_people(rows: Sequence[dict[str, Any]], name: str, *, default_region: str = "US") -> list[dict[str, Any]]:
+def match_people(rows: Sequence[dict[str, Any]], name: str, *, default_region: str = DEFAULT_REGION) -> list[dict[str, Any]]:
     """The people (:func:`people_rows`) ``name`` names as a person types it; first rule with a
     match wins: person id, handle (normalized), whole display name or nickname, then a display
     name with a word starting with it ("Mel" finds "Melanie Hartley")."""
@@ -138,7 +139,7 @@ def _ambiguous(name: str, hits: Sequence[dict[str, Any]]) -> BrbError:
     return BrbError(f"{name.strip()!r} matches {len(hits)} people ({shown}): be more specific or use a handle")
 
 
-def find_people(path: Path, names: Sequence[str], *, default_region: str = "US") -> list[str]:
+def find_people(path: Path, names: Sequence[str], *, default_region: str = DEFAULT_REGION) -> list[str]:
     """Person ids for each of ``names`` (:func:`match_people`); one-line errors for no match or
     an ambiguous one."""
     rows = people_rows(path)
@@ -168,7 +169,7 @@ def _person_or_contacts(path: Path, rows: Sequence[dict[str, Any]], name: str, r
     return None, find_contacts(path, [name], default_region=region)
 
 
-def forget_targets(path: Path, names: Sequence[str], *, default_region: str = "US") -> tuple[list[str], list[str]]:
+def forget_targets(path: Path, names: Sequence[str], *, default_region: str = DEFAULT_REGION) -> tuple[list[str], list[str]]:
     """What ``brb forget --contact NAME`` removes: (contact ids, handles of people with no contact).
 
     A name is looked up among people first: a person with a 1:1 conversation is that contact; a
@@ -192,7 +193,7 @@ def forget_targets(path: Path, names: Sequence[str], *, default_region: str = "U
     return sorted(set(contact_ids)), sorted(set(handles))
 
 
-def person_contact_ids(path: Path, names: Sequence[str], *, default_region: str = "US") -> list[str]:
+def person_contact_ids(path: Path, names: Sequence[str], *, default_region: str = DEFAULT_REGION) -> list[str]:
     """The conversations (contact ids, 1:1 and groups) of the people ``names`` name: what
     ``brb ingest --contact NAME``, ``brb search --contact NAME`` and the Dagster
     ``contact_backfill_job`` take. A name no person has (a group chat's name, a store made before

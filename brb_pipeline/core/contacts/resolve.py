@@ -27,6 +27,7 @@ from typing import NamedTuple
 
 import polars as pl
 
+from brb_pipeline.core import DEFAULT_REGION
 from brb_pipeline.core.contacts.people import People, resolve_people
 from brb_pipeline.core.records.handles import is_email, normalize_handle
 from brb_pipeline.core.records import UNKNOWN_CONTACT_ID
@@ -86,7 +87,7 @@ class ContactResolution:
     people: People | None = None
 
 
-def person_handles(people: Sequence[Person], default_region: str = "US") -> tuple[list[set[str]], int]:
+def person_handles(people: Sequence[Person], default_region: str = DEFAULT_REGION) -> tuple[list[set[str]], int]:
     """Normalized handles of each card (E.164 phones, lower-case e-mails), and the count of
     phone numbers that could not be normalized (they can match nothing and are dropped)."""
     out, bad = [], 0
@@ -219,7 +220,7 @@ def resolve_contacts(
     chats: pl.DataFrame,
     people: Sequence[Person],
     *,
-    default_region: str = "US",
+    default_region: str = DEFAULT_REGION,
 ) -> ContactResolution:
     """Assign every message a contact and name every contact.
 

@@ -11,6 +11,10 @@ import numpy as np
 _WORD_RE = re.compile(r"\w+", re.UNICODE)
 
 
+#: Words the test embedder reads of a text / 4 (the real models' truncation length).
+MAX_TOKENS = 256
+
+
 class HashEmbedder:
     """Deterministic bag of hashed words, word bigrams and character trigrams.
 
@@ -25,7 +29,7 @@ class HashEmbedder:
     query_prefix = ""
     device = "cpu"
 
-    def __init__(self, dim: int = 384, max_tokens: int = 256) -> None:
+    def __init__(self, dim: int = 384, max_tokens: int = MAX_TOKENS) -> None:
         self.dim = int(dim)
         self.max_tokens = int(max_tokens)
         self.model_id = f"hash-{self.dim}"

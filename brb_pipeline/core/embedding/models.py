@@ -230,8 +230,9 @@ class MLXEmbedder:
         ValueError: for an unknown backend.
     """
 
-    def __init__(self, model: str = "bundled:all-MiniLM-L6-v2", *, backend: str = "fast",
-                 max_tokens: int = 256, token_budget: int = 8192, device: str = "auto",
+    def __init__(self, model: str = EmbedderSpec.model, *, backend: str = EmbedderSpec.backend,
+                 max_tokens: int = EmbedderSpec.max_tokens, token_budget: int = EmbedderSpec.token_budget,
+                 device: str = EmbedderSpec.device,
                  gpu_dtype: str = "float16") -> None:
         if backend not in ("fast", "reference"):
             raise ValueError(f"Embedding - unknown backend {backend!r}: use 'fast' or 'reference'")
@@ -389,11 +390,9 @@ _LOADED: dict[EmbedderSpec, Embedder] = {}
 _LOADED_LOCK = threading.Lock()
 
 
-def load_embedder(settings: Any) -> Embedder:
-    """The process's embedder for a settings object (see :meth:`EmbedderSpec.of`) or a spec,
-    loaded on first use and shared afterwards (by every thread: the forwards keep their MLX
-    streams per thread)."""
-    spec = settings if isinstance(settings, EmbedderSpec) else EmbedderSpec.of(settings)
+def load_embedder(spec: EmbedderSpec) -> Embedder:
+    """The process's embedder for ``spec`` (``Settings.embedding``), loaded on first use and shared
+    afterwards (by every thread: the forwards keep their MLX streams per thread)."""
     with _LOADED_LOCK:
         if spec not in _LOADED:
             _LOADED[spec] = build_embedder(spec)

@@ -1,7 +1,7 @@
 """What selects an embedder (the spec) and which MLX device it runs on.
 
 An :class:`EmbedderSpec` is the one description of "the configured embedder": the pipeline,
-the Dagster runtime, search and labels all build it with :meth:`EmbedderSpec.of` and load it
+the Dagster runtime, search and labels all build it with ``Settings.embedding`` and load it
 through :func:`brb_pipeline.core.embedding.models.load_embedder`, which keeps one loaded
 embedder per spec in the process.
 
@@ -25,6 +25,12 @@ class DeviceNotAvailableError(BrbError):
     """The embedding device asked for does not exist here (or is not a known device)."""
 
 
+#: The embedding model when none is set: the one a package ships (see DESIGN.md).
+DEFAULT_MODEL = "bundled:all-MiniLM-L6-v2"
+#: Truncation length of one chunk, in tokens.
+MAX_TOKENS = 256
+
+
 @dataclass(frozen=True)
 class EmbedderSpec:
     """Everything that decides which embedder a process loads (hashable: the cache key).
@@ -38,19 +44,11 @@ class EmbedderSpec:
             attribute says which one it got.
     """
 
-    model: str
+    model: str = DEFAULT_MODEL
     backend: str = "fast"
-    max_tokens: int = 256
+    max_tokens: int = MAX_TOKENS
     token_budget: int = 8192
     device: str = "auto"
-
-    @classmethod
-    def of(cls, settings: Any) -> "EmbedderSpec":
-        """The spec of a settings object (``embedding_model``, ``embedding_backend``,
-        ``max_tokens``, ``token_budget`` and, when it has one, ``embedding_device``)."""
-        return cls(model=str(settings.embedding_model), backend=str(settings.embedding_backend),
-                   max_tokens=int(settings.max_tokens), token_budget=int(settings.token_budget),
-                   device=str(getattr(settings, "embedding_device", "auto")))
 
 
 def resolve_device(requested: str) -> str:

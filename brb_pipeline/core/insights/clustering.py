@@ -15,6 +15,10 @@ so labels, caches and a user's memory of "cluster 7" survive a re-ingest.
 
 from __future__ import annotations
 
+
+from brb_pipeline.core import SEED
+from brb_pipeline.core.insights.params import ClusterParams
+
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,26 +50,15 @@ class ClusterResult:
     hdbscan_clusters: int = 0
 
 
-def cluster_kwargs(settings: object) -> dict:
-    """Keyword arguments of :func:`cluster` from a ``brb_pipeline.config.settings.Settings``."""
-    return {
-        "min_cluster_size": int(settings.hdbscan_min_cluster_size),  # type: ignore[attr-defined]
-        "min_samples": int(settings.hdbscan_min_samples),  # type: ignore[attr-defined]
-        "merge_threshold": float(settings.merge_threshold),  # type: ignore[attr-defined]
-        "noise_threshold": float(settings.noise_reassign_threshold),  # type: ignore[attr-defined]
-        "seed": int(settings.seed),  # type: ignore[attr-defined]
-    }
-
-
 def cluster(
     xy: np.ndarray,
     embeddings: np.ndarray,
     *,
-    min_cluster_size: int = 25,
-    min_samples: int = 5,
-    merge_threshold: float = 0.92,
-    noise_threshold: float = 0.5,
-    seed: int = 42,
+    min_cluster_size: int = ClusterParams.min_cluster_size,
+    min_samples: int = ClusterParams.min_samples,
+    merge_threshold: float = ClusterParams.merge_threshold,
+    noise_threshold: float = ClusterParams.noise_threshold,
+    seed: int = SEED,
 ) -> ClusterResult:
     """HDBSCAN on the layout, then merge similar clusters and reassign noise.
 

@@ -27,6 +27,10 @@ and never imports umap or numba.
 
 from __future__ import annotations
 
+
+from brb_pipeline.core import SEED
+from brb_pipeline.core.insights.params import ProjectionParams
+
 import hashlib
 import logging
 import time
@@ -73,25 +77,14 @@ class Projection:
         return int(self.xy.shape[0])
 
 
-def projection_kwargs(settings: object) -> dict:
-    """Keyword arguments of :func:`project` from a ``brb_pipeline.config.settings.Settings``."""
-    return {
-        "pca_dim": int(settings.pca_dim),  # type: ignore[attr-defined]
-        "n_neighbors": int(settings.umap_neighbors),  # type: ignore[attr-defined]
-        "min_dist": float(settings.umap_min_dist),  # type: ignore[attr-defined]
-        "sample": int(settings.umap_sample),  # type: ignore[attr-defined]
-        "seed": int(settings.seed),  # type: ignore[attr-defined]
-    }
-
-
 def project(
     embeddings: np.ndarray,
     *,
-    pca_dim: int = 50,
-    n_neighbors: int = 15,
-    min_dist: float = 0.05,
-    sample: int = 20000,
-    seed: int = 42,
+    pca_dim: int = ProjectionParams.pca_dim,
+    n_neighbors: int = ProjectionParams.n_neighbors,
+    min_dist: float = ProjectionParams.min_dist,
+    sample: int = ProjectionParams.sample,
+    seed: int = SEED,
     deterministic: bool = True,
     transform_block: int = TRANSFORM_BLOCK,
 ) -> Projection:

@@ -14,13 +14,14 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from brb_pipeline.core import SEED
 from brb_pipeline.core.insights.labels.base import ClusterDocs
 from brb_pipeline.core.insights.labels.ctfidf import TfidfLabeler
 
 
 def subtopics(points: pl.DataFrame, *, min_size: int = 120, per_part: int = 150, max_parts: int = 5,
               max_clusters: int = 12, docs_per_part: int = 200, names: Iterable[str] = (),
-              seed: int = 42) -> list[dict[str, Any]]:
+              seed: int = SEED) -> list[dict[str, Any]]:
     """Sub-topic labels of the big clusters of ``points``.
 
     Args:

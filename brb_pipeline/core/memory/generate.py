@@ -14,7 +14,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
+from brb_pipeline.core import SEED
 from brb_pipeline.core.errors import BrbError
+from brb_pipeline.core.memory.params import MAX_TOKENS
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +55,7 @@ class MLXGenerator:
         MemoryModelMissingError: the path holds no config.json.
     """
 
-    def __init__(self, model_path: Path, *, max_tokens: int = 512, seed: int = 42) -> None:
+    def __init__(self, model_path: Path, *, max_tokens: int = MAX_TOKENS, seed: int = SEED) -> None:
         self.model_path = Path(model_path).expanduser()
         if not (self.model_path / "config.json").is_file():
             raise MemoryModelMissingError(

@@ -18,6 +18,7 @@ import polars as pl
 
 from brb_pipeline.core.memory.generate import Generator
 from brb_pipeline.core.memory.language import detect_language
+from brb_pipeline.core.memory.params import WINDOW_CHARS
 from brb_pipeline.core.memory.parse import Losses, parse_reply
 from brb_pipeline.core.memory.prompts import PROMPT_VERSION, build_prompt
 
@@ -93,7 +94,7 @@ def _window_rows(batch: str, contact: str, month: str, window: int, language: st
     return rows
 
 
-def distill(msgs: pl.DataFrame, batch: str, generator: Generator, *, max_chars: int = 6000,
+def distill(msgs: pl.DataFrame, batch: str, generator: Generator, *, max_chars: int = WINDOW_CHARS,
             on_window: Any = None) -> Distilled:
     """Topics of every contact in ``msgs`` (one contact batch), one prompt per non-glue window.
 

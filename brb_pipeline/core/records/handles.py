@@ -13,12 +13,14 @@ import re
 
 import phonenumbers
 
+from brb_pipeline.core import DEFAULT_REGION  # re-exported: readers take it from here
+
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+$")
 _WHATSAPP_JID = re.compile(r"^(\d+)@(s\.whatsapp\.net|c\.us)$")
 
 
 @functools.lru_cache(maxsize=65536)
-def normalize_handle(raw: str | None, default_region: str = "US") -> str | None:
+def normalize_handle(raw: str | None, default_region: str = DEFAULT_REGION) -> str | None:
     """Return the canonical form of a handle, or None for empty input.
 
     Args:

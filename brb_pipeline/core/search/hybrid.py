@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 import duckdb
 import numpy as np
 
+from brb_pipeline.core.store.params import IndexParams
+from brb_pipeline.core import DEFAULT_REGION
 from brb_pipeline.core.errors import StoreError
 from brb_pipeline.core.search.fusion import (Fusion, Span, fuse, is_specific, merge_lines, merge_overlapping, mmr_order,
                                       phrase_first, quoted_phrases, specific_terms)
@@ -138,13 +140,13 @@ def search(
     channel: str | None = None,
     since: datetime | None = None,
     until: datetime | None = None,
-    ef_search: int = 64,
+    ef_search: int = IndexParams.ef_search,
     candidates: int = 50,
     merge: bool = True,
     diversity: float | None = None,
     min_similarity: float | None = None,
     parallel: bool = True,
-    region: str = "US",
+    region: str = DEFAULT_REGION,
     topics: bool = False,
     resident: Resident | None = None,
     lexical_text: str | None = None,

@@ -22,6 +22,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from brb_pipeline.core import DEFAULT_REGION
 from brb_pipeline.core import faults
 from brb_pipeline.core.crypto import files as sealed_files
 from brb_pipeline.core.store import index as index_mod
@@ -45,7 +46,7 @@ def partition_path(staging_dir: Path, batch: str) -> Path:
 
 def write_partition(
     staging_dir: Path, batch: str, chunks: pl.DataFrame, embeddings: np.ndarray, embedding_model: str,
-    region: str = "US",
+    region: str = DEFAULT_REGION,
 ) -> Path:
     """Write one batch's chunks + embeddings as ``staging_dir/chunks/batch=<key>.parquet``.
 
@@ -95,7 +96,7 @@ def write_partition(
     return path
 
 
-def _lexical_extras(content: pl.Series, region: str = "US") -> list[str]:
+def _lexical_extras(content: pl.Series, region: str = DEFAULT_REGION) -> list[str]:
     """:func:`index.lexical_extra` per row; Python runs only on rows a vectorized regex flags
     (a 3+ digit run, a CJK pair or an emoji-range character). ``region`` is the default region
     for phone numbers without a country code; queries must use the same one."""

@@ -47,6 +47,8 @@ from datetime import datetime, timezone
 
 import duckdb
 
+from brb_pipeline.core import DEFAULT_REGION
+from brb_pipeline.core.store.params import IndexParams
 from brb_pipeline.core.store.duck import encrypted, get_meta, set_meta, table_exists
 from brb_pipeline.core.store.findable import findable_text
 from brb_pipeline.core.errors import StoreError
@@ -95,7 +97,7 @@ class IndexReport:
     params: dict = field(default_factory=dict)
 
 
-def lexical_extra(text: str | None, region: str = "US") -> str:
+def lexical_extra(text: str | None, region: str = DEFAULT_REGION) -> str:
     """Extra tokens that make phone numbers, CJK text and emoji findable (module docstring).
 
     Args:
@@ -153,7 +155,7 @@ def _phone_tokens(raw: str, region: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
-def fts_query_text(query: str, region: str = "US") -> str:
+def fts_query_text(query: str, region: str = DEFAULT_REGION) -> str:
     """The string handed to ``match_bm25``: the query cleaned like chunk texts, plus its
     :func:`lexical_extra` tokens."""
     query = findable_text(query)
@@ -218,7 +220,8 @@ def _chunk_rows(con: duckdb.DuckDBPyConnection) -> int:
 
 
 def build_hnsw(
-    con: duckdb.DuckDBPyConnection, *, m: int = 16, ef_construction: int = 128, metric: str = "cosine"
+    con: duckdb.DuckDBPyConnection, *, m: int = IndexParams.m, ef_construction: int = IndexParams.ef_construction,
+    metric: str = IndexParams.metric
 ) -> IndexReport:
     """Drop and rebuild the HNSW index on ``chunks.embedding``, then checkpoint.
 
@@ -294,7 +297,8 @@ def build_fts(con: duckdb.DuckDBPyConnection) -> IndexReport:
 
 
 def build_indexes(
-    con: duckdb.DuckDBPyConnection, *, m: int = 16, ef_construction: int = 128, metric: str = "cosine"
+    con: duckdb.DuckDBPyConnection, *, m: int = IndexParams.m, ef_construction: int = IndexParams.ef_construction,
+    metric: str = IndexParams.metric
 ) -> list[IndexReport]:
     """Build both indexes (HNSW then BM25)."""
     return [build_hnsw(con, m=m, ef_construction=ef_construction, metric=metric), build_fts(con)]

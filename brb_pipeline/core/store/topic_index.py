@@ -26,9 +26,11 @@ from typing import Any
 import duckdb
 import numpy as np
 
+from brb_pipeline.core import DEFAULT_REGION
 from brb_pipeline.core.store.duck import encrypted, get_meta, set_meta, table_exists
 from brb_pipeline.core.store.findable import findable_text
 from brb_pipeline.core.store.index import FTS_PARAMS, lexical_extra
+from brb_pipeline.core.store.params import IndexParams
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +98,7 @@ def vectors_ddl(dim: int) -> str:
 
 
 def index_topics(con: duckdb.DuckDBPyConnection, embedder: Callable[[], Any], *, force: bool = False,
-                 m: int = 16, ef_construction: int = 128, region: str = "US") -> dict[str, Any]:
+                 m: int = IndexParams.m, ef_construction: int = IndexParams.ef_construction, region: str = DEFAULT_REGION) -> dict[str, Any]:
     """Bring ``topic_vectors`` and its two indexes up to date with ``topics``.
 
     Must run outside an explicit transaction (HNSW). Nothing is done, and the embedder is never
@@ -184,7 +186,7 @@ def _build(con: duckdb.DuckDBPyConnection, m: int, ef_construction: int) -> None
     )
 
 
-def rebuild_kept(con: duckdb.DuckDBPyConnection, *, m: int = 16, ef_construction: int = 128) -> None:
+def rebuild_kept(con: duckdb.DuckDBPyConnection, *, m: int = IndexParams.m, ef_construction: int = IndexParams.ef_construction) -> None:
     """Rebuild both topic indexes over the vectors a compaction kept (no embedding needed), and
     record their row count so the next index stage sees them as current."""
     _build(con, m, ef_construction)

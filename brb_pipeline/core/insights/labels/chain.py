@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from brb_pipeline.core import SEED
 from brb_pipeline.core.insights.labels.base import ClusterDocs, ClusterLabel, Labeler, Refiner
 from brb_pipeline.core.insights.labels.ctfidf import TfidfLabeler
 from brb_pipeline.core.insights.labels.embed import EmbeddingLabeler
@@ -62,16 +63,17 @@ class LabelChain:
         return labels
 
 
-def make_labeler(settings: object, embedder: Any | None = None,
-                 names: Iterable[str] = ()) -> LabelChain:
+def make_labeler(model_path: Path | None = None, embedder: Any | None = None,
+                 names: Iterable[str] = (), seed: int = SEED) -> LabelChain:
     """The configured chain: c-TF-IDF, re-ranked by ``embedder`` when one is given, then mlx-lm
-    when ``settings.labeler_model_path`` is set.
+    when ``model_path`` (the ``labeler_model_path`` setting) is given.
 
     Args:
-        settings: anything with ``labeler_model_path`` and ``seed``.
+        model_path: a local mlx-lm instruct model directory, or None.
         embedder: the store's embedding model (see :class:`EmbeddingLabeler`); None for plain
             c-TF-IDF.
         names: people's display names, never used in labels.
+        seed: the LLM's sampling seed.
 
     The LLM is loaded lazily, on the first labels it refines.
     """
@@ -82,7 +84,6 @@ def make_labeler(settings: object, embedder: Any | None = None,
         rerank = EmbeddingLabeler(embedder, names=names)
         base = TfidfLabeler(n_terms=rerank.candidates, names=names)
         refiners.append(rerank)
-    path = getattr(settings, "labeler_model_path", None)
-    if path:
-        refiners.append(MLXLMLabeler(Path(path), seed=int(getattr(settings, "seed", 42))))
+    if model_path:
+        refiners.append(MLXLMLabeler(Path(model_path), seed=seed))
     return LabelChain(base, *refiners)

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from brb_pipeline.core import SEED
 from brb_pipeline.core.insights.labels.base import NOISE_LABEL, ClusterDocs, ClusterLabel
 from brb_pipeline.core.insights.labels.text import message_bodies, name_tokens, name_words, tokenize
 
@@ -43,7 +44,7 @@ class TfidfLabeler:
 
     def __init__(self, *, n_terms: int = 10, label_terms: int = 3,
                  ngram_range: tuple[int, int] = (1, 2), min_df: int = 2, max_docs: int = 1500,
-                 seed: int = 42, names: Iterable[str] = ()) -> None:
+                 seed: int = SEED, names: Iterable[str] = ()) -> None:
         self.names = name_tokens(names)
         self.n_terms = n_terms
         self.max_docs = max_docs

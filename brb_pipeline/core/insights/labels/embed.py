@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from brb_pipeline.core import SEED
 from brb_pipeline.core.insights.labels.base import ClusterDocs, ClusterLabel
 from brb_pipeline.core.insights.labels.ctfidf import label_phrase
 from brb_pipeline.core.insights.labels.text import name_tokens, normalize_case, stop_words
@@ -23,7 +24,7 @@ log = logging.getLogger(__name__)
 
 
 def representatives(embeddings: np.ndarray, labels: np.ndarray, cluster_id: int, n: int,
-                    seed: int = 42, *, max_candidates: int = 4000) -> np.ndarray:
+                    seed: int = SEED, *, max_candidates: int = 4000) -> np.ndarray:
     """Pick ``n`` representative members: closest to the centroid, then diverse.
 
     The first ceil(n/2) are the members most similar to the cluster centroid (typical chunks);

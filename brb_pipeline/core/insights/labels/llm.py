@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from brb_pipeline.core import SEED
 from brb_pipeline.core.errors import BrbError
 from brb_pipeline.core.insights.labels.base import ClusterDocs, ClusterLabel
 from brb_pipeline.core.insights.labels.text import message_bodies
@@ -147,7 +148,7 @@ class MLXLMLabeler:
     source = "llm"
 
     def __init__(self, model_path: Path, *, max_tokens: int = 24, samples: int = 8,
-                 seed: int = 42) -> None:
+                 seed: int = SEED) -> None:
         self.model_path = Path(model_path).expanduser()
         self.max_tokens = max_tokens
         self.samples = samples
