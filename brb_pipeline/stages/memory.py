@@ -25,7 +25,7 @@ from brb_pipeline.core import metadata
 from brb_pipeline.core.crypto import files
 from brb_pipeline.core.memory.generate import Generator, MLXGenerator
 from brb_pipeline.core.memory.parse import Losses
-from brb_pipeline.core.memory.profile import PROFILE_SCHEMA, derive_profiles
+from brb_pipeline.core.memory.profile import derive_profiles
 from brb_pipeline.core.memory.prompts import PROMPT_VERSION
 from brb_pipeline.core.memory.topics import TOPIC_SCHEMA, distill
 from brb_pipeline.stages.embed import batch_messages

@@ -11,22 +11,30 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import duckdb
+import polars as pl
 import pyarrow as pa
 
 from brb_pipeline.core.crypto import files
+from brb_pipeline.core.memory.profile import PROFILE_SCHEMA
+from brb_pipeline.core.memory.topics import TOPIC_SCHEMA
 
-TOPICS_DDL = (
-    "CREATE TABLE IF NOT EXISTS topics (topic_id VARCHAR PRIMARY KEY, contact_id VARCHAR, batch VARCHAR, "
-    "month VARCHAR, language VARCHAR, label VARCHAR, summary VARCHAR, chat_id VARCHAR, first_ts TIMESTAMPTZ, "
-    "last_ts TIMESTAMPTZ, first_message_id VARCHAR, last_message_id VARCHAR, model_id VARCHAR, "
-    "prompt_version INTEGER)"
-)
-PROFILES_DDL = (
-    "CREATE TABLE IF NOT EXISTS profiles (contact_id VARCHAR PRIMARY KEY, relationship VARCHAR, tone VARCHAR, "
-    "recurring_topics VARCHAR[], commitments JSON, n_topics INTEGER, model_id VARCHAR, prompt_version INTEGER)"
-)
-_TOPIC_COLS = ("topic_id, contact_id, batch, month, language, label, summary, chat_id, first_ts, last_ts, "
-               "first_message_id, last_message_id, model_id, prompt_version")
+#: DuckDB's type of each polars type the two schemas use.
+_DUCK = {pl.Utf8: "VARCHAR", pl.Int32: "INTEGER", pl.Datetime("us", "UTC"): "TIMESTAMPTZ",
+         pl.List(pl.Utf8): "VARCHAR[]"}
+#: Columns whose table type says more than the file's (``commitments`` is a JSON text).
+_AS = {"commitments": "JSON"}
+
+
+def _ddl(table: str, schema: pl.Schema, key: str) -> str:
+    """``CREATE TABLE`` of a staged file's schema: the columns are declared once, by the stage
+    that writes the files (``TOPIC_SCHEMA``, ``PROFILE_SCHEMA``)."""
+    cols = ", ".join(f"{c} {_AS.get(c, _DUCK[t])}{' PRIMARY KEY' if c == key else ''}" for c, t in schema.items())
+    return f"CREATE TABLE IF NOT EXISTS {table} ({cols})"
+
+
+TOPICS_DDL = _ddl("topics", TOPIC_SCHEMA, "topic_id")
+PROFILES_DDL = _ddl("profiles", PROFILE_SCHEMA, "contact_id")
+_TOPIC_COLS = ", ".join(TOPIC_SCHEMA.names())
 
 
 def create_tables(con: duckdb.DuckDBPyConnection) -> None:
