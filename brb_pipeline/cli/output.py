@@ -1,4 +1,4 @@
-"""What the ``brb`` commands report: :func:`status_dict` (the keys the README documents) and the
+"""What the ``brb`` commands report: :func:`status_dict` (the keys docs/commands.md documents) and the
 text forms of a status and of a search result."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def _iso_epoch(t: float | None) -> str | None:
 
 
 def status_dict(s: Settings) -> dict[str, Any]:
-    """What is stored. Keys are documented in the README and only ever added to."""
+    """What is stored. Keys are documented in docs/commands.md and only ever added to."""
     from brb_pipeline.core import metadata
 
     out: dict[str, Any] = {

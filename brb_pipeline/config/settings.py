@@ -89,7 +89,7 @@ class Settings:
     # Saving. DuckDB memory limit of the connection that loads partitions into brb.duckdb:
     # uncommitted rows beyond it spill to <home>/brb.duckdb.tmp instead of staying in RAM, so a
     # load's working set stays flat as the store grows (a load whose rows are too wide for it is
-    # retried without it). "" = DuckDB's default (80% of RAM); the README says why 256MB.
+    # retried without it). "" = DuckDB's default (80% of RAM); docs/pipeline.md says why 256MB.
     duckdb_load_memory_limit: str = "256MB"
     # Indexes and search.
     hnsw_m: int = IndexParams.m

@@ -5,7 +5,7 @@ model's query prefix, run hybrid/vector/lexical search, attach neighbours, log t
 from stdin); :func:`run_search` is one question with its own open and close, as ``brb search
 "QUERY"`` does. Opening costs several warm searches: loading the vss/fts extensions, attaching
 the file, and on the first query reading the HNSW graph and the BM25 tables from disk
-(``benchmarks/bench_e2e.py`` measures both; the README has the figures).
+(``benchmarks/bench_e2e.py`` measures both; docs/benchmarks.md has the figures).
 A Searcher holds a read-only connection to brb.duckdb; an ingest never writes that file in place
 (it publishes a new one with a rename, see ``stages/store.py``), so an open Searcher neither
 blocks an ingest nor sees a half-built store: it keeps answering from the file it opened.
@@ -196,7 +196,7 @@ class Searcher:
         started: float | None = None,
         dates: bool = True,
     ) -> dict[str, Any]:
-        """One search, as a JSON-able dict (see the README for the fields).
+        """One search, as a JSON-able dict (docs/search.md lists the fields).
 
         Args:
             contacts: names or handles of people: the conversations they take part in (1:1 and
