@@ -21,7 +21,18 @@ The frozen set was written for ``brb demo --messages 6000 --no-encryption`` (det
 its seed) with the hash of its cluster memberships recorded, so ``--score`` refuses another home.
 
     PYTHONPATH=. .venv/bin/python benchmarks/judge_labels.py --home /tmp/demo --dump /tmp/reps.txt
-    PYTHONPATH=. .venv/bin/python benchmarks/judge_labels.py --home /tmp/demo --score
+    PYTHONPATH=. .venv/bin/python benchmarks/judge_labels.py --home /tmp/demo --score [--half dev]
+
+The home must be the one the set was written for: the demo chunks changed after it (issue 31's
+extras), so today's `brb demo` makes other clusters. Build it with the code of the commit that
+froze the set: ``git archive dadce95 | tar -x -C /tmp/frozen-src`` and, there,
+``PYTHONPATH=. python -m brb_pipeline.cli demo --messages 6000 --no-encryption --home /tmp/demo``
+(the labelers scored are this checkout's).
+
+Issue 34's second round (labeler v2): on dev, v1 (cosine only) 5/7; blending the c-TF-IDF rank
+in with weight 0.3 or 0.5, or embedding each term in a sentence ("We talked about X."), each gave
+6/7; 0.7 gave 5/7. 0.3 without the sentence was kept (fewest changes, most topical words on dev:
+9 of 21). The test half was scored once, after that choice.
 """
 
 from __future__ import annotations
@@ -78,7 +89,7 @@ def topical(label: str, ref: list[str], bad: frozenset[str]) -> bool:
                for w in words for r in ref)
 
 
-def score(s: Settings) -> None:
+def score(s: Settings, halves: tuple[int, ...] = (0, 1)) -> None:
     frozen = json.loads(FROZEN.read_text(encoding="utf-8"))
     if frozen["membership"] != membership(s):
         sys.exit("brb: error: this home's clusters are not the ones the frozen set was written for")
@@ -88,21 +99,25 @@ def score(s: Settings) -> None:
     embedder = load_embedder(s)
     columns = {}
     chains = {"c-TF-IDF": LabelChain(TfidfLabeler(names=names)),
-              "refined (the pipeline's)": LabelChain(
+              "refined v1 (cosine only)": LabelChain(
+                  TfidfLabeler(n_terms=30, names=names),
+                  EmbeddingLabeler(embedder, candidates=30, diversity=0.3, names=names, tfidf_weight=0.0)),
+              "refined v2 (the pipeline's: cosine + c-TF-IDF rank)": LabelChain(
                   TfidfLabeler(n_terms=30, names=names),
                   EmbeddingLabeler(embedder, candidates=30, diversity=0.3, names=names))}
     for name, chain in chains.items():
         columns[name] = {d.cluster_id: lab.label for d, lab in zip(docs, chain.label(docs))}
-    print("| labeler | dev topical | test topical |\n|---|---|---|")
+    heads = [("dev", "test")[h] + " topical" for h in halves]
+    print("| labeler | " + " | ".join(heads) + " |\n|---|" + "---|" * len(heads))
     for name, labels in columns.items():
         cells = []
-        for half in (0, 1):
+        for half in halves:
             ids = [c for c in ref if c % 2 == half and ref[c]]
             ok = sum(topical(labels[c], ref[c], bad) for c in ids)
             cells.append(f"{ok}/{len(ids)} ({ok / max(1, len(ids)):.0%})")
         print(f"| {name} | " + " | ".join(cells) + " |")
     print("\n| cluster | half | reference | " + " | ".join(columns) + " |\n|---|---|---|" + "---|" * len(columns))
-    for c in sorted(ref):
+    for c in sorted(c for c in ref if c % 2 in halves):
         print(f"| {c} | {'dev' if c % 2 == 0 else 'test'} | {', '.join(ref[c]) or '(none)'} | "
               + " | ".join(f"{col[c]}{' ✓' if topical(col[c], ref[c], bad) else ''}" for col in columns.values()) + " |")
 
@@ -112,12 +127,14 @@ def main() -> None:
     ap.add_argument("--home", type=Path, required=True)
     ap.add_argument("--dump", type=Path, help="write the representatives here (outside the repo)")
     ap.add_argument("--score", action="store_true")
+    ap.add_argument("--half", choices=("dev", "test", "both"), default="both",
+                    help="score only this half (tune on dev; read test once)")
     args = ap.parse_args()
     s = Settings.load(args.home)
     if args.dump:
         dump(s, args.dump)
     if args.score:
-        score(s)
+        score(s, {"dev": (0,), "test": (1,), "both": (0, 1)}[args.half])
 
 
 if __name__ == "__main__":

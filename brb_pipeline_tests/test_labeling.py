@@ -482,15 +482,32 @@ def test_embedding_labeler_picks_the_term_closest_to_the_centroid(centroid_model
     assert noise == [ClusterLabel(-1, NOISE_LABEL, [], "tfidf")]
 
 
+def test_embedding_labeler_blends_the_ctfidf_rank_with_the_cosine():
+    """A word said once that is a shade closer to the centroid ("strange", ranked last by
+    c-TF-IDF) no longer beats the cluster's frequent topic word ("semester", ranked first)."""
+    table = {"semester": _unit_vec(0.8, 0.6)[:2].tolist(), "lol": [0.0, 1.0], "pizza": [0.1, 0.995],
+             "tuesday": [0.2, 0.98], "strange": _unit_vec(0.85, 0.527)[:2].tolist()}
+    base = FixedLabeler(["semester", "pizza", "tuesday", "strange"])
+    docs = ClusterDocs(0, [], centroid=_unit_vec(1.0, 0.0), centroid_model="table@1")
+    cosine_only = _rerank(TableEmbedder(table), base, diversity=0.0, tfidf_weight=0.0)
+    blended = _rerank(TableEmbedder(table), base, diversity=0.0)  # the default weight, 0.3
+    assert cosine_only.label([docs])[0].terms[:2] == ["strange", "semester"]
+    assert blended.label([docs])[0].terms[:2] == ["semester", "strange"]
+    assert _rerank(TableEmbedder(table), base, diversity=0.0, tfidf_weight=1.0).label([docs])[0].terms == [
+        "semester", "pizza", "tuesday", "strange"]  # rank alone: the base's order
+    with pytest.raises(ValueError):
+        _rerank(TableEmbedder(table), base, tfidf_weight=1.5)
+
+
 def test_embedding_labeler_mmr_spreads_the_label_over_subtopics():
     from brb_pipeline.core.insights.labels import mmr
 
     table = {"airport": [1.0, 0.0], "airports": [0.999, 0.045], "hotel": [0.7, 0.714]}
     docs = ClusterDocs(0, [], centroid=_unit_vec(1.0, 0.2), centroid_model="table@1")
     plain = _rerank(TableEmbedder(table), FixedLabeler(["hotel", "airports", "airport"]),
-                    diversity=0.0, label_terms=2)
+                    diversity=0.0, label_terms=2, tfidf_weight=0.0)  # cosine only: MMR alone
     diverse = _rerank(TableEmbedder(table), FixedLabeler(["hotel", "airports", "airport"]),
-                      diversity=0.5, label_terms=2)
+                      diversity=0.5, label_terms=2, tfidf_weight=0.0)
     assert plain.label([docs])[0].terms[:2] == ["airports", "airport"]  # near-synonyms
     assert diverse.label([docs])[0].terms[:2] == ["airports", "hotel"]  # a second subtopic
     assert mmr(np.zeros((0, 16)), np.zeros(0), 3, 0.3) == []
@@ -578,7 +595,7 @@ def test_cache_is_not_reused_across_labeler_kinds_or_versions(tmp_path):
     assert hits == 4 and again == first
     _, hits = label_clusters(refined("table@2"), docs, members, LabelCache(path))  # new weights
     assert hits == 0
-    assert refined("table@1").kind == "tfidf/v2+embed/v1(c=30,d=0.3):table@1"
+    assert refined("table@1").kind == "tfidf/v2+embed/v2(c=30,d=0.3,w=0.3):table@1"
     assert refined("table@1").kind != _rerank(TableEmbedder({}, model_id="table@1"), diversity=0.5).kind
     # The LLM's namespace includes the kind it refines, so new keywords are new prompts.
     llm = MLXLMLabeler(tmp_path / "m")
