@@ -89,8 +89,8 @@ def topical(label: str, ref: list[str], bad: frozenset[str]) -> bool:
                for w in words for r in ref)
 
 
-def score(s: Settings, halves: tuple[int, ...] = (0, 1)) -> None:
-    frozen = json.loads(FROZEN.read_text(encoding="utf-8"))
+def score(s: Settings, halves: tuple[int, ...] = (0, 1), frozen_path: Path = FROZEN) -> None:
+    frozen = json.loads(frozen_path.read_text(encoding="utf-8"))
     if frozen["membership"] != membership(s):
         sys.exit("brb: error: this home's clusters are not the ones the frozen set was written for")
     ref = {int(k): v for k, v in frozen["clusters"].items()}
@@ -127,6 +127,7 @@ def main() -> None:
     ap.add_argument("--home", type=Path, required=True)
     ap.add_argument("--dump", type=Path, help="write the representatives here (outside the repo)")
     ap.add_argument("--score", action="store_true")
+    ap.add_argument("--frozen", type=Path, default=FROZEN, help="the frozen label set (default: the first one)")
     ap.add_argument("--half", choices=("dev", "test", "both"), default="both",
                     help="score only this half (tune on dev; read test once)")
     args = ap.parse_args()
@@ -134,7 +135,7 @@ def main() -> None:
     if args.dump:
         dump(s, args.dump)
     if args.score:
-        score(s, {"dev": (0,), "test": (1,), "both": (0, 1)}[args.half])
+        score(s, {"dev": (0,), "test": (1,), "both": (0, 1)}[args.half], args.frozen)
 
 
 if __name__ == "__main__":
