@@ -131,7 +131,10 @@ class EmbeddingLabeler:
         pools: list[list[str]] = []
         for docs, lab in zip(clusters, base):
             pool = [] if docs.cluster_id < 0 else [t for t in lab.terms if self.keep_term(t)]
-            pools.append(list(dict.fromkeys(pool))[: self.candidates])
+            pool = list(dict.fromkeys(pool))[: self.candidates]
+            if getattr(self, "central_only", False):
+                pool = _said_centrally(pool, docs.centroid_texts, self.label_terms)
+            pools.append(pool)
         vocab = sorted({t for pool in pools for t in pool})
         if not vocab:
             return [self._as_is(lab) for lab in base]
@@ -198,6 +201,21 @@ class EmbeddingLabeler:
                 out[i] = _unit(vecs[at:at + len(ts)].mean(axis=0, keepdims=True))[0]
                 at += len(ts)
         return out
+
+
+def _said_centrally(pool: list[str], central: Sequence[str], least: int) -> list[str]:
+    """The terms of ``pool`` said in the cluster's representative chunks (its core), or the whole
+    pool when fewer than ``least`` are."""
+    from brb_pipeline.core.insights.labels.text import message_bodies, tokenize
+
+    grams: set[str] = set()
+    for content in central:
+        for text in message_bodies(content)[0]:
+            toks = [t for t in tokenize(text) if t]
+            grams.update(toks)
+            grams.update(" ".join(p) for p in zip(toks, toks[1:]))
+    kept = [t for t in pool if t in grams]
+    return kept if len(kept) >= least else pool
 
 
 def _unit(v: np.ndarray) -> np.ndarray:
