@@ -499,6 +499,23 @@ def test_embedding_labeler_blends_the_ctfidf_rank_with_the_cosine():
         _rerank(TableEmbedder(table), base, tfidf_weight=1.5)
 
 
+def test_embedding_labeler_keeps_terms_its_core_chunks_say():
+    """A word from a chat at the cluster's edge ("overwatch") loses to the words its
+    representative chunks say, even when it is nearer the centroid; with too few of those the
+    whole pool stays."""
+    table = {"overwatch": [1.0, 0.0], "homework": [0.8, 0.6], "physics": [0.7, 0.714], "grade": [0.6, 0.8]}
+    core = ["Me (10:00): my physics homework is due", "Sam (10:01): what grade did you get"]
+    docs = ClusterDocs(0, core + ["Sam (11:00): overwatch tonight?"], core,
+                       centroid=_unit_vec(1.0, 0.0), centroid_model="table@1")
+    base = FixedLabeler(["overwatch", "homework", "physics", "grade"])
+    (core_only,) = _rerank(TableEmbedder(table), base, diversity=0.0).label([docs])
+    assert core_only.terms == ["homework", "physics", "grade"] and "overwatch" not in core_only.label
+    (whole,) = _rerank(TableEmbedder(table), base, diversity=0.0, core_terms=False).label([docs])
+    assert whole.terms[0] == "overwatch"
+    thin = ClusterDocs(0, docs.texts, ["Me (10:00): homework"], centroid=docs.centroid, centroid_model="table@1")
+    assert _rerank(TableEmbedder(table), base, diversity=0.0).label([thin])[0].terms[0] == "overwatch"
+
+
 def test_embedding_labeler_mmr_spreads_the_label_over_subtopics():
     from brb_pipeline.core.insights.labels import mmr
 
@@ -595,7 +612,7 @@ def test_cache_is_not_reused_across_labeler_kinds_or_versions(tmp_path):
     assert hits == 4 and again == first
     _, hits = label_clusters(refined("table@2"), docs, members, LabelCache(path))  # new weights
     assert hits == 0
-    assert refined("table@1").kind == "tfidf/v2+embed/v2(c=30,d=0.3,w=0.3):table@1"
+    assert refined("table@1").kind == "tfidf/v2+embed/v3(c=30,d=0.3,w=0.3,core):table@1"
     assert refined("table@1").kind != _rerank(TableEmbedder({}, model_id="table@1"), diversity=0.5).kind
     # The LLM's namespace includes the kind it refines, so new keywords are new prompts.
     llm = MLXLMLabeler(tmp_path / "m")

@@ -78,7 +78,7 @@ class EmbeddingLabeler:
     :attr:`ClusterDocs.corpus_mean` when they come from the same model (so a word close to every
     chat, "chatting", does not win everywhere), else the mean of the cluster's embedded
     representative texts. Terms containing a person's name or chat filler are dropped before
-    ranking; a cluster left without candidates keeps the base label (its terms cut to
+    ranking, and so are terms its representative chunks never say (``core_terms``); a cluster left without candidates keeps the base label (its terms cut to
     ``n_terms``).
 
     Args:
@@ -94,14 +94,19 @@ class EmbeddingLabeler:
             cosine alone (version 1); 0.3 was chosen on the dev half of the frozen label set
             (``benchmarks/judge_labels.py``): cosine alone picks words near the cluster's
             mood but said once ("little strange", "wish"), the rank keeps what it is about.
+        core_terms: keep only candidates said in the cluster's representative chunks
+            (:attr:`ClusterDocs.centroid_texts`: the ones nearest its centroid, then diverse
+            ones), as BERTopic's KeyBERTInspired draws its candidates from representative
+            documents; the whole pool when fewer than ``label_terms`` are. A big cluster's
+            c-TF-IDF terms otherwise come from any of its chats, also the ones at its edge.
     """
 
     source = "embedding"
-    VERSION = 2  # 2: relevance blends the c-TF-IDF rank in (tfidf_weight)
+    VERSION = 3  # 2: relevance blends the c-TF-IDF rank in (tfidf_weight); 3: core_terms
 
     def __init__(self, embedder: Any, *, candidates: int = 30, n_terms: int = 10,
                  label_terms: int = 3, diversity: float = 0.3, names: Iterable[str] = (),
-                 tfidf_weight: float = 0.3) -> None:
+                 tfidf_weight: float = 0.3, core_terms: bool = True) -> None:
         if not 0.0 <= diversity <= 1.0:
             raise ValueError(f"diversity must be in [0, 1], not {diversity}")
         if not 0.0 <= tfidf_weight <= 1.0:
@@ -113,11 +118,13 @@ class EmbeddingLabeler:
         self.diversity = diversity
         self.names = name_tokens(names)
         self.tfidf_weight = tfidf_weight
+        self.core_terms = core_terms
 
     def kind_of(self, base_kind: str) -> str:
         """Cache namespace: the base's kind, this version, its parameters and the model."""
         return (f"{base_kind}+embed/v{self.VERSION}(c={self.candidates},d={self.diversity:g},"
-                f"w={self.tfidf_weight:g}):{getattr(self.embedder, 'model_id', '?')}")
+                f"w={self.tfidf_weight:g}{',core' if self.core_terms else ''}):"
+                f"{getattr(self.embedder, 'model_id', '?')}")
 
     def keep_term(self, term: str) -> bool:
         """False for a term with a name, filler or stop word in it (also "yeet" inside "yeet lol")."""
@@ -132,7 +139,7 @@ class EmbeddingLabeler:
         for docs, lab in zip(clusters, base):
             pool = [] if docs.cluster_id < 0 else [t for t in lab.terms if self.keep_term(t)]
             pool = list(dict.fromkeys(pool))[: self.candidates]
-            if getattr(self, "central_only", False):
+            if self.core_terms:
                 pool = _said_centrally(pool, docs.centroid_texts, self.label_terms)
             pools.append(pool)
         vocab = sorted({t for pool in pools for t in pool})
