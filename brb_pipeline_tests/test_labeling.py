@@ -650,3 +650,21 @@ def test_make_labeler_chains_the_embedding_rerank(tmp_path):
     llm = make_labeler(Settings(home=tmp_path, labeler_model_path=tmp_path / "m"), embedder=embedder)
     assert [type(r) for r in llm.refiners] == [EmbeddingLabeler, MLXLMLabeler]
     assert llm.name == "MLXLMLabeler" and plain.name == "EmbeddingLabeler"
+
+
+def test_extras_tags_are_not_label_words_but_captions_and_transcriptions_are():
+    """What issue 31's extras add to a line: file names, kinds and sizes, stickers, durations and a
+    reply's quote are not what people talk about; a caption and a voice transcription are."""
+    from brb_pipeline.core.insights.labels import message_bodies
+
+    lines = ["Sam (10:00): look at this [attachment: IMG_0042.heic, photo, 1.2 MB]",
+             "Sam (10:01): [attachment: tent.jpg, photo, 2.0 MB — our tent at zion] nice",
+             "Me (10:02): [voice message: the hike starts at six]", "Me (10:03): [voice message, 0:42]",
+             "Me (10:04): [sticker]", 'Ana (10:05): ↪ replying to Sam Lee: "see you at the trailhead" sure',
+             "Me (10:06): [link: https://example.com/z — Zion trail guide] read it"]
+    texts, senders = message_bodies("\n".join(lines))
+    assert texts == ["look at this", "our tent at zion nice", "the hike starts at six", "sure",
+                     "Zion trail guide read it"]
+    assert senders == {"Sam", "Me", "Ana"}
+    words = set(" ".join(texts).lower().split())
+    assert not words & {"img", "heic", "photo", "mb", "sticker", "voice", "message", "replying", "lee"}
