@@ -10,7 +10,8 @@ leaves the view):
 - sized by the cluster (10 to 16 px: the biggest read first);
 - decluttered on every redraw by a small script (:data:`DECLUTTER_JS`): in order of priority
   (the nearer half of the scene first, then size), a label that would overlap one already shown
-  is hidden; the farther half is drawn fainter.
+  goes below its cluster instead (its leader line flipped), or is hidden when that is taken too;
+  the farther half is drawn fainter.
 
 The view is fitted to the 1st-99th percentile of the points on each axis (every label anchor
 included), so a few outliers no longer shrink the clusters to the middle of the canvas.
@@ -50,14 +51,24 @@ DECLUTTER_JS = """
     const order = groups.map(g => +g.getAttribute('data-index')).map((i, k) => [i, k])
       .sort((p, q) => (far[p[0]] - far[q[0]]) || (p[0] - q[0]));
     const shown = [];
+    const free = r => r.width > 0 && !shown.some(s => r.left < s.right + 2 && r.right > s.left - 2
+                                                   && r.top < s.bottom + 1 && r.bottom > s.top - 1);
     for (const [i, k] of order) {
       const g = groups[k];
       g.style.visibility = 'visible';
       const box = g.querySelector('.annotation-text-g') || g;  // the text, not its leader line
-      const r = box.getBoundingClientRect();
-      const hit = r.width === 0 || shown.some(s => r.left < s.right + 2 && r.right > s.left - 2
-                                                && r.top < s.bottom + 1 && r.bottom > s.top - 1);
-      if (hit) { g.style.visibility = 'hidden'; continue; }
+      let r = box.getBoundingClientRect();
+      if (!free(r)) {  // above its cluster is taken: try below, the leader line flipped
+        const path = g.querySelector('.annotation-arrow-g path');
+        const m = path && /M([\d.e+-]+),([\d.e+-]+)L([\d.e+-]+),([\d.e+-]+)/.exec(path.getAttribute('d'));
+        const lead = m ? Math.abs(+m[4] - +m[2]) : 0;
+        const dy = 2 * lead + r.height;
+        const below = {left: r.left, right: r.right, top: r.top + dy, bottom: r.bottom + dy, width: r.width};
+        if (!m || !free(below)) { g.style.visibility = 'hidden'; continue; }
+        box.setAttribute('transform', (box.getAttribute('transform') || '') + ` translate(0,${dy})`);
+        path.setAttribute('d', `M${m[3]},${m[4]}L${m[3]},${+m[4] + lead}`);
+        r = below;
+      }
       g.style.opacity = far[i] ? '0.55' : '1';
       shown.push(r);
     }
