@@ -561,6 +561,10 @@ def test_3d_labels_are_apart_sized_by_cluster_and_redrawn_on_rotation(tmp_path):
         assert len(driver.find_elements("css selector", ".infolayer g.annotation-scene")) == 24
         assert 4 <= len(shown) < 24 and apart(shown)  # some hidden, none overlapping
         assert 0 in [b[0] for b in shown]  # the biggest cluster's label is always there
+        below = driver.execute_script(  # some went below their cluster, their leader line flipped
+            "return Array.from(document.querySelectorAll('.infolayer g.annotation-scene .annotation-text-g'))"
+            ".filter(t => (t.getAttribute('transform') || '').includes('translate(0,')).length")
+        assert below >= 1
         driver.execute_script(f"Plotly.relayout({gd}, {{'scene.camera.eye': {{x: -1.2, y: 0.3, z: 0.9}}}})")
         WebDriverWait(driver, 30).until(lambda d: d.execute_script(boxes_js) != shown)
         again = driver.execute_script(boxes_js)
