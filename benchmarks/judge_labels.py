@@ -21,7 +21,24 @@ The frozen set was written for ``brb demo --messages 6000 --no-encryption`` (det
 its seed) with the hash of its cluster memberships recorded, so ``--score`` refuses another home.
 
     PYTHONPATH=. .venv/bin/python benchmarks/judge_labels.py --home /tmp/demo --dump /tmp/reps.txt
-    PYTHONPATH=. .venv/bin/python benchmarks/judge_labels.py --home /tmp/demo --score
+    PYTHONPATH=. .venv/bin/python benchmarks/judge_labels.py --home /tmp/demo --score [--half dev]
+
+The home must be the one the set was written for: the demo chunks changed after it (issue 31's
+extras), so today's `brb demo` makes other clusters. Build it with the code of the commit that
+froze the set: ``git archive dadce95 | tar -x -C /tmp/frozen-src`` and, there,
+``PYTHONPATH=. python -m brb_pipeline.cli demo --messages 6000 --no-encryption --home /tmp/demo``
+(the labelers scored are this checkout's).
+
+Issue 34's second round. Labeler v2: on dev, v1 (cosine only) 5/7; blending the c-TF-IDF rank
+in with weight 0.3 or 0.5, or embedding each term in a sentence ("We talked about X."), each gave
+6/7; 0.7 gave 5/7. 0.3 without the sentence was kept (fewest changes, most topical words on dev:
+9 of 21). The test half was scored once, after that choice: 5/8, v1 6/8. Then a second set was
+written (``labels_frozen_12k.json``: today's demo at 12K messages, 37 clusters, 21 with a topic)
+before any of its labels was seen, and v3 (only candidates the representative chunks say) chosen
+on the two dev halves (18 clusters): v1 14/18, v2 14/18, v3 16/18 (central candidates with
+weight 0 also 16/18, fewer topical first words: 11 vs 12). Its test half was then scored once.
+The representatives v3 draws from are the ones the reference words were written from, so v3's
+gain may partly be that overlap; the sets cannot tell.
 """
 
 from __future__ import annotations
@@ -78,8 +95,8 @@ def topical(label: str, ref: list[str], bad: frozenset[str]) -> bool:
                for w in words for r in ref)
 
 
-def score(s: Settings) -> None:
-    frozen = json.loads(FROZEN.read_text(encoding="utf-8"))
+def score(s: Settings, halves: tuple[int, ...] = (0, 1), frozen_path: Path = FROZEN) -> None:
+    frozen = json.loads(frozen_path.read_text(encoding="utf-8"))
     if frozen["membership"] != membership(s):
         sys.exit("brb: error: this home's clusters are not the ones the frozen set was written for")
     ref = {int(k): v for k, v in frozen["clusters"].items()}
@@ -87,22 +104,27 @@ def score(s: Settings) -> None:
     bad = name_tokens(names) | FILLER
     embedder = load_embedder(s.embedding)
     columns = {}
+    def refined(**kw):
+        return LabelChain(TfidfLabeler(n_terms=30, names=names),
+                          EmbeddingLabeler(embedder, candidates=30, diversity=0.3, names=names, **kw))
+
     chains = {"c-TF-IDF": LabelChain(TfidfLabeler(names=names)),
-              "refined (the pipeline's)": LabelChain(
-                  TfidfLabeler(n_terms=30, names=names),
-                  EmbeddingLabeler(embedder, candidates=30, diversity=0.3, names=names))}
+              "v1 (cosine)": refined(tfidf_weight=0.0, core_terms=False),
+              "v2 (+ c-TF-IDF rank)": refined(core_terms=False),
+              "v3 (+ core terms: the pipeline's)": refined()}
     for name, chain in chains.items():
         columns[name] = {d.cluster_id: lab.label for d, lab in zip(docs, chain.label(docs))}
-    print("| labeler | dev topical | test topical |\n|---|---|---|")
+    heads = [("dev", "test")[h] + " topical" for h in halves]
+    print("| labeler | " + " | ".join(heads) + " |\n|---|" + "---|" * len(heads))
     for name, labels in columns.items():
         cells = []
-        for half in (0, 1):
+        for half in halves:
             ids = [c for c in ref if c % 2 == half and ref[c]]
             ok = sum(topical(labels[c], ref[c], bad) for c in ids)
             cells.append(f"{ok}/{len(ids)} ({ok / max(1, len(ids)):.0%})")
         print(f"| {name} | " + " | ".join(cells) + " |")
     print("\n| cluster | half | reference | " + " | ".join(columns) + " |\n|---|---|---|" + "---|" * len(columns))
-    for c in sorted(ref):
+    for c in sorted(c for c in ref if c % 2 in halves):
         print(f"| {c} | {'dev' if c % 2 == 0 else 'test'} | {', '.join(ref[c]) or '(none)'} | "
               + " | ".join(f"{col[c]}{' ✓' if topical(col[c], ref[c], bad) else ''}" for col in columns.values()) + " |")
 
@@ -112,12 +134,15 @@ def main() -> None:
     ap.add_argument("--home", type=Path, required=True)
     ap.add_argument("--dump", type=Path, help="write the representatives here (outside the repo)")
     ap.add_argument("--score", action="store_true")
+    ap.add_argument("--frozen", type=Path, default=FROZEN, help="the frozen label set (default: the first one)")
+    ap.add_argument("--half", choices=("dev", "test", "both"), default="both",
+                    help="score only this half (tune on dev; read test once)")
     args = ap.parse_args()
     s = Settings.load(args.home)
     if args.dump:
         dump(s, args.dump)
     if args.score:
-        score(s)
+        score(s, {"dev": (0,), "test": (1,), "both": (0, 1)}[args.half], args.frozen)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 from datetime import date
 from html.parser import HTMLParser
@@ -181,7 +182,14 @@ def test_3d_view_uses_its_own_layout_and_partial_summary_is_completed(tmp_path):
     fig3 = figure_3d(df, summ, "t")
     first = df.filter(pl.col("cluster_id") == summ["cluster_id"][0])
     assert np.allclose(fig3.data[0].x, first["x3"].to_numpy())  # 3-D layout, not the 2-D one
-    assert np.allclose(fig3.data[-1].x, summ.filter(pl.col("cluster_id") >= 0)["x3"].to_numpy())
+    # labels: scene annotations, each on a member of its cluster in the 3-D layout, biggest first
+    notes = fig3.layout.scene.annotations
+    named = summ.filter(pl.col("cluster_id") >= 0)
+    assert [n.text for n in notes] == [html.escape(x) for x in named["label"]]
+    for note, cid in zip(notes, named["cluster_id"]):
+        members = df.filter(pl.col("cluster_id") == cid)
+        assert ((members["x3"] == note.x) & (members["y3"] == note.y) & (members["z3"] == note.z)).any()
+    assert [n.font.size for n in notes] == sorted((n.font.size for n in notes), reverse=True)
     data = map_data(df, summ, "t")  # the 2-D page: x, y scaled to the grid, not x3
     assert data["x"][0] == round((df["x"][0] - df["x"].min()) * 10_000
                                  / max(np.ptp(df["x"].to_numpy()), np.ptp(df["y"].to_numpy())))
@@ -504,5 +512,63 @@ def test_html_shows_subtopics_only_when_zoomed_in(tmp_path):
         driver.execute_script("zoomToVisible()")
         assert driver.execute_script("return view.s / S0") > 1.8
         assert driver.execute_script("return window.__subLabels") == 2
+    finally:
+        driver.quit()
+
+
+def _crowded_3d(n_clusters: int = 24) -> pl.DataFrame:
+    """:func:`_crowded` in 3-D: most clusters packed in the middle, two far outliers."""
+    pts = _crowded(n_clusters)
+    rng = np.random.default_rng(3)
+    z = rng.normal(0, 0.4, pts.height) + pts["cluster_id"].cast(pl.Float64).to_numpy() % 3
+    pts = pts.with_columns(pl.col("x").alias("x3"), pl.col("y").alias("y3"), pl.Series("z3", z))
+    far = pts.head(2).with_columns(pl.lit(-1).cast(pl.Int64).alias("cluster_id"),
+                                   pl.Series("x3", [400.0, -400.0]), pl.Series("z3", [300.0, -300.0]))
+    return pl.concat([pts, far])
+
+
+def test_3d_labels_are_apart_sized_by_cluster_and_redrawn_on_rotation(tmp_path):
+    """In Chromium: the 3-D page's labels never overlap (before: 24 labels piled in the middle),
+    the view is not stretched by two far outliers, and after a camera turn the labels are laid
+    out again (still apart, a different set may show)."""
+    from brb_pipeline.core.insights.map_3d import view_ranges, label_anchors
+
+    pts = _crowded_3d()
+    df = insights_map.as_points(pts)
+    summ = cluster_summary(df)
+    ranges = view_ranges(df, label_anchors(df, summ))
+    assert ranges["x3"][1] < 100 and ranges["x3"][0] > -100  # the outliers do not set the view
+    files = write_map(tmp_path, pts, title="3-D")
+    page = files.html_3d.read_text(encoding="utf-8")
+    assert "annotation-scene" in page and "labelsShown" in page  # the declutter script is in it
+    driver = _browser()
+    boxes_js = ("return Array.from(document.querySelectorAll('.infolayer g.annotation-scene'))"
+                ".filter(g => g.style.visibility !== 'hidden').map(g => {"
+                "const r = g.querySelector('.annotation-text-g').getBoundingClientRect();"
+                "return [+g.getAttribute('data-index'), r.left, r.top, r.right, r.bottom]})")
+
+    def apart(boxes):
+        return not any(a[1] < b[3] and a[3] > b[1] and a[2] < b[4] and a[4] > b[2]
+                       for i, a in enumerate(boxes) for b in boxes[i + 1:])
+
+    try:
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        driver.get(files.html_3d.resolve().as_uri())
+        gd = "document.querySelector('.js-plotly-plot')"
+        WebDriverWait(driver, 60).until(lambda d: d.execute_script(f"return {gd}.dataset.labelsShown"))
+        shown = driver.execute_script(boxes_js)
+        assert len(driver.find_elements("css selector", ".infolayer g.annotation-scene")) == 24
+        assert 4 <= len(shown) < 24 and apart(shown)  # some hidden, none overlapping
+        assert 0 in [b[0] for b in shown]  # the biggest cluster's label is always there
+        below = driver.execute_script(  # some went below their cluster, their leader line flipped
+            "return Array.from(document.querySelectorAll('.infolayer g.annotation-scene .annotation-text-g'))"
+            ".filter(t => (t.getAttribute('transform') || '').includes('translate(0,')).length")
+        assert below >= 1
+        driver.execute_script(f"Plotly.relayout({gd}, {{'scene.camera.eye': {{x: -1.2, y: 0.3, z: 0.9}}}})")
+        WebDriverWait(driver, 30).until(lambda d: d.execute_script(boxes_js) != shown)
+        again = driver.execute_script(boxes_js)
+        assert len(again) >= 4 and apart(again)
+        assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"] == []
     finally:
         driver.quit()

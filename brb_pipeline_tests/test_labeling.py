@@ -484,15 +484,49 @@ def test_embedding_labeler_picks_the_term_closest_to_the_centroid(centroid_model
     assert noise == [ClusterLabel(-1, NOISE_LABEL, [], "tfidf")]
 
 
+def test_embedding_labeler_blends_the_ctfidf_rank_with_the_cosine():
+    """A word said once that is a shade closer to the centroid ("strange", ranked last by
+    c-TF-IDF) no longer beats the cluster's frequent topic word ("semester", ranked first)."""
+    table = {"semester": _unit_vec(0.8, 0.6)[:2].tolist(), "lol": [0.0, 1.0], "pizza": [0.1, 0.995],
+             "tuesday": [0.2, 0.98], "strange": _unit_vec(0.85, 0.527)[:2].tolist()}
+    base = FixedLabeler(["semester", "pizza", "tuesday", "strange"])
+    docs = ClusterDocs(0, [], centroid=_unit_vec(1.0, 0.0), centroid_model="table@1")
+    cosine_only = _rerank(TableEmbedder(table), base, diversity=0.0, tfidf_weight=0.0)
+    blended = _rerank(TableEmbedder(table), base, diversity=0.0)  # the default weight, 0.3
+    assert cosine_only.label([docs])[0].terms[:2] == ["strange", "semester"]
+    assert blended.label([docs])[0].terms[:2] == ["semester", "strange"]
+    assert _rerank(TableEmbedder(table), base, diversity=0.0, tfidf_weight=1.0).label([docs])[0].terms == [
+        "semester", "pizza", "tuesday", "strange"]  # rank alone: the base's order
+    with pytest.raises(ValueError):
+        _rerank(TableEmbedder(table), base, tfidf_weight=1.5)
+
+
+def test_embedding_labeler_keeps_terms_its_core_chunks_say():
+    """A word from a chat at the cluster's edge ("overwatch") loses to the words its
+    representative chunks say, even when it is nearer the centroid; with too few of those the
+    whole pool stays."""
+    table = {"overwatch": [1.0, 0.0], "homework": [0.8, 0.6], "physics": [0.7, 0.714], "grade": [0.6, 0.8]}
+    core = ["Me (10:00): my physics homework is due", "Sam (10:01): what grade did you get"]
+    docs = ClusterDocs(0, core + ["Sam (11:00): overwatch tonight?"], core,
+                       centroid=_unit_vec(1.0, 0.0), centroid_model="table@1")
+    base = FixedLabeler(["overwatch", "homework", "physics", "grade"])
+    (core_only,) = _rerank(TableEmbedder(table), base, diversity=0.0).label([docs])
+    assert core_only.terms == ["homework", "physics", "grade"] and "overwatch" not in core_only.label
+    (whole,) = _rerank(TableEmbedder(table), base, diversity=0.0, core_terms=False).label([docs])
+    assert whole.terms[0] == "overwatch"
+    thin = ClusterDocs(0, docs.texts, ["Me (10:00): homework"], centroid=docs.centroid, centroid_model="table@1")
+    assert _rerank(TableEmbedder(table), base, diversity=0.0).label([thin])[0].terms[0] == "overwatch"
+
+
 def test_embedding_labeler_mmr_spreads_the_label_over_subtopics():
     from brb_pipeline.core.insights.labels import mmr
 
     table = {"airport": [1.0, 0.0], "airports": [0.999, 0.045], "hotel": [0.7, 0.714]}
     docs = ClusterDocs(0, [], centroid=_unit_vec(1.0, 0.2), centroid_model="table@1")
     plain = _rerank(TableEmbedder(table), FixedLabeler(["hotel", "airports", "airport"]),
-                    diversity=0.0, label_terms=2)
+                    diversity=0.0, label_terms=2, tfidf_weight=0.0)  # cosine only: MMR alone
     diverse = _rerank(TableEmbedder(table), FixedLabeler(["hotel", "airports", "airport"]),
-                      diversity=0.5, label_terms=2)
+                      diversity=0.5, label_terms=2, tfidf_weight=0.0)
     assert plain.label([docs])[0].terms[:2] == ["airports", "airport"]  # near-synonyms
     assert diverse.label([docs])[0].terms[:2] == ["airports", "hotel"]  # a second subtopic
     assert mmr(np.zeros((0, 16)), np.zeros(0), 3, 0.3) == []
@@ -580,7 +614,7 @@ def test_cache_is_not_reused_across_labeler_kinds_or_versions(tmp_path):
     assert hits == 4 and again == first
     _, hits = label_clusters(refined("table@2"), docs, members, LabelCache(path))  # new weights
     assert hits == 0
-    assert refined("table@1").kind == "tfidf/v2+embed/v1(c=30,d=0.3):table@1"
+    assert refined("table@1").kind == "tfidf/v2+embed/v3(c=30,d=0.3,w=0.3,core):table@1"
     assert refined("table@1").kind != _rerank(TableEmbedder({}, model_id="table@1"), diversity=0.5).kind
     # The LLM's namespace includes the kind it refines, so new keywords are new prompts.
     llm = MLXLMLabeler(tmp_path / "m")
@@ -617,3 +651,21 @@ def test_make_labeler_chains_the_embedding_rerank(tmp_path):
     llm = make_labeler(tmp_path / "m", embedder=embedder)
     assert [type(r) for r in llm.refiners] == [EmbeddingLabeler, MLXLMLabeler]
     assert llm.name == "MLXLMLabeler" and plain.name == "EmbeddingLabeler"
+
+
+def test_extras_tags_are_not_label_words_but_captions_and_transcriptions_are():
+    """What issue 31's extras add to a line: file names, kinds and sizes, stickers, durations and a
+    reply's quote are not what people talk about; a caption and a voice transcription are."""
+    from brb_pipeline.core.insights.labels import message_bodies
+
+    lines = ["Sam (10:00): look at this [attachment: IMG_0042.heic, photo, 1.2 MB]",
+             "Sam (10:01): [attachment: tent.jpg, photo, 2.0 MB — our tent at zion] nice",
+             "Me (10:02): [voice message: the hike starts at six]", "Me (10:03): [voice message, 0:42]",
+             "Me (10:04): [sticker]", 'Ana (10:05): ↪ replying to Sam Lee: "see you at the trailhead" sure',
+             "Me (10:06): [link: https://example.com/z — Zion trail guide] read it"]
+    texts, senders = message_bodies("\n".join(lines))
+    assert texts == ["look at this", "our tent at zion nice", "the hike starts at six", "sure",
+                     "Zion trail guide read it"]
+    assert senders == {"Sam", "Me", "Ana"}
+    words = set(" ".join(texts).lower().split())
+    assert not words & {"img", "heic", "photo", "mb", "sticker", "voice", "message", "replying", "lee"}

@@ -64,6 +64,49 @@ def _last_success(db: Path) -> dict | None:
     return {"run_id": row["run_id"], **json.loads(row["stats_json"] or "{}")} if row else None
 
 
+def _finder_url(log: Path) -> str:
+    for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+        if "find a person's partitions by name: " in line:
+            return line.split("by name: ", 1)[1].strip()
+    raise AssertionError("brb ui printed no person finder URL")
+
+
+def _finder_flow(driver, port: int, url: str, name: str, wanted: list[str], home: Path) -> None:
+    """The person finder: type the name, see the person's partitions, open one in Dagster, re-run
+    them; the run Dagster records holds the partition keys and not the name, and its child runs
+    name it as their parent."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    before = _last_success(home / "brb.db")["run_id"]
+    driver.get(url)
+    driver.find_element(By.ID, "q").send_keys(name.split()[0])
+    row = WebDriverWait(driver, 30).until(lambda d: next(
+        (p for p in d.find_elements(By.CSS_SELECTOR, "#out .p") if p.find_element(By.CSS_SELECTOR, ".n").text == name),
+        None))
+    parts = row.find_elements(By.CSS_SELECTOR, "a.part")
+    assert [a.text for a in parts] == wanted
+    href = parts[0].get_attribute("href")
+    assert href.startswith(f"http://127.0.0.1:{port}/assets/batch_chunks?")
+    row.find_element(By.CSS_SELECTOR, "button.rerun").click()
+    run_id = WebDriverWait(driver, 60).until(lambda d: d.find_elements(By.ID, "run") and d.find_element(By.ID, "run").text)
+    driver.save_screenshot(str(home.parent / "finder.png"))
+    deadline = time.time() + 300
+    while time.time() < deadline and (_last_success(home / "brb.db") or {}).get("run_id") == before:
+        time.sleep(2)
+    after = _last_success(home / "brb.db")
+    assert after["run_id"] != before and sorted(after["batches_processed"]) == wanted
+    run = _graphql(port, f'{{ runOrError(runId: "{run_id}") {{ ... on Run {{ status runConfigYaml tags {{ key value }} }} }} }}')
+    run = run["runOrError"]
+    assert "partitions" in run["runConfigYaml"] and name not in run["runConfigYaml"]
+    assert {"key": "brb/source", "value": "ui"} in run["tags"]
+    children = _graphql(port, '{ runsOrError(filter: {tags: [{key: "brb/parent_run", value: "%s"}]}) '
+                              '{ ... on Runs { results { jobName } } } }' % run_id)["runsOrError"]["results"]
+    assert {c["jobName"] for c in children} >= {"ingest_job", "batch_job"}
+    driver.get(href)  # the partition link opens that partition of the per-batch asset in Dagster
+    WebDriverWait(driver, 60).until(lambda d: wanted[0] in d.execute_script("return document.body.innerText"))
+
+
 @pytest.mark.parametrize("encrypted", [False, True], ids=["plaintext", "encrypted"])
 def test_launchpad_with_a_name_runs_that_persons_batch(tmp_path, monkeypatch, encrypted):
     from selenium import webdriver
@@ -102,8 +145,10 @@ def test_launchpad_with_a_name_runs_that_persons_batch(tmp_path, monkeypatch, en
     before = _last_success(home / "brb.db")["run_id"]
 
     port = _free_port()
-    ui = subprocess.Popen([sys.executable, "-m", "brb_pipeline.cli", "ui", "--home", str(home), "--port", str(port)],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    ui_log = tmp_path / "ui.log"  # brb ui's own lines: the person finder's URL
+    with open(ui_log, "wb") as log:
+        ui = subprocess.Popen([sys.executable, "-m", "brb_pipeline.cli", "ui", "--home", str(home), "--port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=log, env=env, start_new_session=True)
     opts = webdriver.ChromeOptions()
     for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
         opts.add_argument(a)
@@ -156,6 +201,7 @@ def test_launchpad_with_a_name_runs_that_persons_batch(tmp_path, monkeypatch, en
         driver.get(f"http://127.0.0.1:{port}/overview/timeline")
         WebDriverWait(driver, 60).until(lambda d: "batch_job" in d.execute_script("return document.body.innerText"))
         assert "__ephemeral" not in driver.execute_script("return document.body.innerText")
+        _finder_flow(driver, port, _finder_url(ui_log), name, wanted, home)
     finally:
         if driver is not None:
             driver.quit()

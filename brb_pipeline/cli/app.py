@@ -320,6 +320,10 @@ def ui(port, home):
     instance_for(s)
     click.echo("brb: sensors and the schedule are off unless you turn them on: Dagster UI -> Automation",
                err=True)
+    from brb_pipeline.orchestration.finder import start_finder
+
+    finder = start_finder(s.brb_db, port, default_region=s.default_region)  # names never reach Dagster
+    click.echo(f"brb: find a person's partitions by name: {finder.url}", err=True)
     root = Path(__file__).resolve().parent.parent
     env = {**os.environ, "DAGSTER_HOME": str(s.dagster_home), "BRB_HOME": str(s.home)}
     from brb_pipeline.orchestration.ui import serve

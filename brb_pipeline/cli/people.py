@@ -44,10 +44,17 @@ def people_command(home_opt: Callable, settings: Callable[..., Any]) -> click.Co
 
     @click.command("people")
     @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+    @click.option("--partitions", is_flag=True,
+                  help="Each person's Dagster partitions (batch keys) and the conversations they hold.")
+    @click.option("--find", "find", default=None, metavar="NAME",
+                  help="Only the people NAME names (a name, part of one, a handle), as `--contact` reads it.")
     @home_opt
-    def people(as_json, home):
+    def people(as_json, partitions, find, home):
         """Everyone in your conversations, 1:1 and groups: messages each way (how many in groups),
-        first/last date, reply times, channels and conversations."""
+        first/last date, reply times, channels and conversations.
+
+        --partitions finds a person's partitions for the Dagster UI (an encrypted home keeps
+        names out of Dagster's storage): resolved here, printed only."""
         from brb_pipeline.core.contacts import people_db
         from brb_pipeline.core.errors import BrbError
 
@@ -56,6 +63,9 @@ def people_command(home_opt: Callable, settings: Callable[..., Any]) -> click.Co
             raise BrbError(f"nothing stored in {s.home}: run `brb ingest` (or `brb demo`) first")
         if not people_db.has_people(s.brb_db):
             raise BrbError(f"no people in {s.home} yet (a store made by an older brb): run `brb ingest`")
+        if partitions or find is not None:
+            _print_partitions(s, find, as_json)
+            return
         report = people_report(people_db.people_rows(s.brb_db))
         if as_json:
             click.echo(json.dumps(report, indent=2, ensure_ascii=False, default=str))
@@ -63,3 +73,17 @@ def people_command(home_opt: Callable, settings: Callable[..., Any]) -> click.Co
         click.echo("\n".join(people_lines(report)))
 
     return people
+
+
+def _print_partitions(s: Any, find: str | None, as_json: bool) -> None:
+    """``brb people --partitions [--find NAME]``: name -> partition keys, to the terminal only."""
+    from brb_pipeline.core.contacts.partitions import partition_lines, person_partitions
+    from brb_pipeline.core.errors import BrbError
+
+    found = person_partitions(s.brb_db, find, default_region=s.default_region)
+    if find is not None and not found:
+        raise BrbError(f"no person matches {find.strip()!r}: see `brb people` or use a handle")
+    if as_json:
+        click.echo(json.dumps({"people": found}, indent=2, ensure_ascii=False))
+        return
+    click.echo("\n".join(partition_lines(found)))

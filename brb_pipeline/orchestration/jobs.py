@@ -23,13 +23,17 @@ PERSON_JOBS = ("contact_backfill_job",)
 
 
 class ContactBackfillConfig(dg.Config):
-    contact: str = Field(description="A person (display name, part of one, a handle or an id): their 1:1 and "
-                                     "group conversations are re-run; or a group chat's name.")
+    contact: str = Field(default="", description="A person (display name, part of one, a handle or an id): their "
+                                                 "1:1 and group conversations are re-run; or a group chat's name.")
+    partitions: list[str] = Field(default=[], description="Instead of `contact`: these partitions (batch-NNN), as "
+                                                          "`brb people --partitions` or the person finder of `brb ui` "
+                                                          "gives them; keeps the name out of Dagster's storage.")
     insights: bool = Field(default=True, description="Also redraw the insights map.")
     reembed: bool = Field(default=False, description="Embed the person's batch again instead of reusing vectors.")
 
 
-def backfill_contact(s: Settings, contact: str, *, progress: Progress | None = None,
+def backfill_contact(s: Settings, contact: str, *, partitions: list[str] | None = None,
+                     progress: Progress | None = None,
                      cancel: CancelToken | None = None, load_embedder: Callable[[Settings], Any] | None = None,
                      insights: bool = True, reembed: bool = False,
                      run_tags: dict[str, str] | None = None) -> dict[str, Any]:
@@ -38,20 +42,38 @@ def backfill_contact(s: Settings, contact: str, *, progress: Progress | None = N
     Args:
         load_embedder: gives the embedder, called only once the name is resolved (a mistyped
             name does not wait for a model to load); default: the one the settings name.
+        partitions: instead of ``contact`` (then ""): the batches to re-run, by partition key.
         run_tags: tags on each run it starts (the UI's: ``brb/source: ui`` and the parent run).
 
     Raises:
-        BrbError: nothing ingested yet, or no (or more than one) contact matches ``contact``.
+        BrbError: nothing ingested yet, no (or more than one) contact matches ``contact``, or
+            neither or both of ``contact`` and ``partitions`` given, or an unknown partition.
     """
     from brb_pipeline.core.contacts.people_db import person_contact_ids
     from brb_pipeline.orchestration.runner import run_ingest
 
     if not s.brb_db.exists():
         raise BrbError(f"nothing ingested in {s.home}: run `brb ingest` (or materialize all) first")
-    ids = person_contact_ids(s.brb_db, [contact], default_region=s.default_region)  # their 1:1 and groups
+    if bool(contact.strip()) == bool(partitions):
+        raise BrbError("give either `contact` (a name) or `partitions` (batch keys), not both or neither")
+    if partitions:
+        ids = _batch_contact_ids(s, partitions)
+    else:
+        ids = person_contact_ids(s.brb_db, [contact], default_region=s.default_region)  # their 1:1 and groups
     return run_ingest(s, progress=progress, cancel=cancel, only_contacts=ids,
                       embedder=load_embedder(s.embedding) if load_embedder else None, analyze=insights, reembed=reembed,
                       run_tags=run_tags)
+
+
+def _batch_contact_ids(s: Settings, partitions: list[str]) -> list[str]:
+    """The contact ids of the given batches (re-running them re-runs those batches)."""
+    from brb_pipeline.core import metadata
+
+    batch_of = {r["contact_id"]: r["batch"] for r in metadata.contact_rows(s.brb_db)}
+    unknown = sorted(set(partitions) - set(batch_of.values()))
+    if unknown:
+        raise BrbError(f"no partition {', '.join(unknown)}: see `brb people --partitions`")
+    return sorted(c for c, b in batch_of.items() if b in set(partitions))
 
 
 def _child_tags(context: dg.OpExecutionContext) -> dict[str, str]:
@@ -69,7 +91,7 @@ def backfill_contact_op(context: dg.OpExecutionContext, config: ContactBackfillC
     # in the UI nothing listens to the runtime's progress: it goes to the run's log
     progress = runtime.progress if runtime.progress.sinks else Progress([LoggerSink(context.log)])
     try:
-        summary = backfill_contact(s, config.contact, progress=progress, cancel=runtime.cancel,
+        summary = backfill_contact(s, config.contact, partitions=list(config.partitions), progress=progress, cancel=runtime.cancel,
                                    load_embedder=runtime.embedder, insights=config.insights, reembed=config.reembed,
                                    run_tags=_child_tags(context))
     except BrbError as e:  # the UI shows the description, not a traceback
@@ -85,6 +107,8 @@ def backfill_contact_op(context: dg.OpExecutionContext, config: ContactBackfillC
 
 
 @dg.job(name="contact_backfill_job",
-        description="Re-run one person: config `contact: \"Name\"` (a name, handle or contact id).")
+        description="Re-run one person: config `contact: \"Name\"` (a name, handle or contact id), or "
+                    "`partitions: [batch-003]` (no name kept in Dagster: find them with `brb people --partitions` "
+                    "or the person finder `brb ui` prints).")
 def contact_backfill_job():
     backfill_contact_op()

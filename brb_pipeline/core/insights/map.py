@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from brb_pipeline.core.insights.map_3d import label_layout
 from brb_pipeline.core.insights.map_page import html_2d
 from brb_pipeline.core.insights.map_png import write_png
 from brb_pipeline.core.insights.map_style import color
@@ -181,7 +182,8 @@ def _hover(df: pl.DataFrame) -> list[str]:
 
 
 def figure_3d(df: pl.DataFrame, summary: pl.DataFrame, title: str) -> Any:
-    """Plotly 3-D figure: one trace per cluster, label text at each cluster's median point."""
+    """Plotly 3-D figure: one trace per cluster; labels are scene annotations on a member of
+    each cluster, kept apart by a script (:mod:`~brb_pipeline.core.insights.map_3d`)."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
@@ -194,16 +196,10 @@ def figure_3d(df: pl.DataFrame, summary: pl.DataFrame, title: str) -> Any:
                     "opacity": 0.7},
             text=_hover(part), hovertemplate="%{text}<extra></extra>",
         ))
-    named = summary.filter(pl.col("cluster_id") >= 0)
-    if named.height:
-        fig.add_trace(go.Scatter3d(
-            x=named["x3"].to_numpy(), y=named["y3"].to_numpy(), z=named["z3"].to_numpy(),
-            mode="text", text=[html.escape(s) for s in named["label"]], name="Labels",
-            hoverinfo="skip", textfont={"size": 11, "color": "#111"}))
+    scene, script = label_layout(df, summary)  # labels projected, sized, decluttered: map_3d
     fig.update_layout(title=f"{title} (3-D)", template="plotly_white", height=800,
-                      legend={"itemsizing": "constant"},
-                      scene={"xaxis": {"visible": False}, "yaxis": {"visible": False},
-                             "zaxis": {"visible": False}})
+                      legend={"itemsizing": "constant"}, scene=scene)
+    fig._brb_post_script = script  # write_html runs it once plotly drew the page
     return fig
 
 
@@ -265,7 +261,8 @@ def write_map(out_dir: Path, points: pl.DataFrame | Mapping[str, Any],
 def _write_html(path: Path, fig: Any) -> None:
     # include_plotlyjs=True inlines plotly.js (~4.6 MB): the page works offline, no CDN.
     fig.write_html(str(path), include_plotlyjs=True, full_html=True,
-                   config={"displaylogo": False, "responsive": True})
+                   config={"displaylogo": False, "responsive": True},
+                   post_script=getattr(fig, "_brb_post_script", None))
 
 
 def cluster_centres(xy: np.ndarray, labels: np.ndarray) -> dict[int, tuple[float, float]]:

@@ -47,7 +47,8 @@ def contact_batches(context: dg.AssetExecutionContext, brb: BrbSettings,
     metadata's ``people`` table says which batch (partition) holds whom and ``people_partitions``
     every person's conversations (1:1 and groups) and their partitions (``brb forget`` wipes
     both); an encrypted home (the default) leaves them out, since Dagster's event log is not
-    encrypted: there, `contact_backfill_job` takes the name and finds the batches locally.
+    encrypted: there, find a person's partitions with the person finder `brb ui` prints (or
+    `brb people --partitions`), which resolves names locally and re-runs by partition key.
     ``changed`` is for display: what runs next is ``stages.incremental.pending_work``'s call."""
     s = brb.load()
     keys, changed, meta = ingest.run_batches(s, runtime.embedder(s).model_id)

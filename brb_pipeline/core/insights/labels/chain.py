@@ -35,7 +35,7 @@ class LabelChain:
     @property
     def kind(self) -> str:
         """Cache namespace of the chain's labels: each refiner wraps the kind before it, e.g.
-        "llm:model|tfidf/v2+embed/v1(c=30,d=0.3):all-MiniLM-L6-v2@051e2de6"."""
+        "llm:model|tfidf/v2+embed/v3(c=30,d=0.3,w=0.3,core):all-MiniLM-L6-v2@051e2de6"."""
         kind = labeler_kind(self.base)
         for refiner in self.refiners:
             kind = refiner.kind_of(kind)

@@ -15,6 +15,14 @@ _MESSAGE_LINE = re.compile(r"^(?P<sender>.{1,120}?) \((?:[01]?\d|2[0-3]):[0-5]\d
 _HEADER_LINE = re.compile(r"^(?:search_document:\s*)?Conversation with .*\d{4}-\d{2}-\d{2}")
 # Attachment tags and the trailing tapback list ("  [♥ 👍]") added by the chunker.
 _TAGS = re.compile(r"\[(?:\d+ )?attachments?\]|\s{2}\[[^\]]*\]\s*$")
+# What a message's extras add to its line (core/records/extras.py): a file's tag keeps only the
+# caption its sender wrote ("[attachment: IMG_0042.heic, photo, 1.2 MB — our tent]" -> "our
+# tent"), a voice message its transcription; stickers, durations and the reply marker with the
+# quoted message (said, and counted, where it was first written) go. Not words of the topic:
+# file names, "heic", "photo", "mb".
+_EXTRA_TAGS = re.compile(r"\[(?:attachment|link): [^\]]*?(?: — (?P<cap>[^\]]*))?\]"
+                         r"|\[voice message(?::\s(?P<voice>[^\]]*)|, \d+:\d\d)?\]|\[sticker\]"
+                         r"|↪ replying to (?:an earlier message|[^:]{1,120}: \"[^\"]*\")")
 _URL = re.compile(r"\b(?:https?://|www\.)\S+", re.IGNORECASE)
 
 # A word: a letter, then letters or combining marks (Arabic harakat, Devanagari vowel signs,
@@ -110,6 +118,7 @@ def message_bodies(content: str) -> tuple[list[str], set[str]]:
             continue
         else:
             body = line
+        body = _EXTRA_TAGS.sub(lambda m: f" {m['cap'] or m['voice'] or ''} ", body)
         body = " ".join(_URL.sub(" ", _TAGS.sub(" ", body)).split())
         if body:
             texts.append(body)
