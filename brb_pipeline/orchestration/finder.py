@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
+from brb_pipeline.core import DEFAULT_REGION
 from brb_pipeline.core.contacts.partitions import person_partitions
 
 #: Dagster's code location and repository of the pipeline (workspace.yaml, one Definitions).
@@ -39,7 +40,7 @@ _LAUNCH = """mutation($p: ExecutionParams!) { launchRun(executionParams: $p) {
 class Finder:
     """What the pages ask, answered from ``brb_db``; ``dagster_url`` is the UI it links to."""
 
-    def __init__(self, brb_db: Path, dagster_url: str, *, default_region: str = "US") -> None:
+    def __init__(self, brb_db: Path, dagster_url: str, *, default_region: str = DEFAULT_REGION) -> None:
         self.brb_db = brb_db
         self.dagster_url = dagster_url.rstrip("/")
         self.default_region = default_region
@@ -156,7 +157,7 @@ class FinderServer:
         self.httpd.server_close()
 
 
-def start_finder(brb_db: Path, dagster_port: int, *, default_region: str = "US", port: int = 0) -> FinderServer:
+def start_finder(brb_db: Path, dagster_port: int, *, default_region: str = DEFAULT_REGION, port: int = 0) -> FinderServer:
     """Serve the finder for the Dagster UI on ``dagster_port``; ``port`` 0 picks a free one."""
     finder = Finder(brb_db, f"http://127.0.0.1:{dagster_port}", default_region=default_region)
     return FinderServer(finder, port).start()

@@ -61,7 +61,7 @@ def backfill_contact(s: Settings, contact: str, *, partitions: list[str] | None 
     else:
         ids = person_contact_ids(s.brb_db, [contact], default_region=s.default_region)  # their 1:1 and groups
     return run_ingest(s, progress=progress, cancel=cancel, only_contacts=ids,
-                      embedder=load_embedder(s.embedding) if load_embedder else None, analyze=insights, reembed=reembed,
+                      embedder=load_embedder(s) if load_embedder else None, analyze=insights, reembed=reembed,
                       run_tags=run_tags)
 
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from brb_pipeline.core import metadata
+from brb_pipeline.core import DEFAULT_REGION, metadata
 from brb_pipeline.core.contacts.people_db import match_people, people_rows
 
 
-def person_partitions(path: Path, name: str | None = None, *, default_region: str = "US",
+def person_partitions(path: Path, name: str | None = None, *, default_region: str = DEFAULT_REGION,
                       limit: int | None = None) -> list[dict[str, Any]]:
     """Every person (or the people ``name`` names, by ``brb ingest --contact``'s rules), most
     messages first, with the partitions holding their conversations.
