@@ -2,7 +2,8 @@
 
 Same home, questions and judging as ``paraphrase_check_4k.py`` (NOT held out; see there): brb's
 default beside brb + child vectors (messages embedded with the store's model, RRF weight 0.25
-against brb's own chunk ranking, :mod:`parent_child_lab`), passages merged as brb merges them.
+against brb's own chunk ranking, :mod:`parent_child_lab`; A) and the dev-best B (child BM25 0.25
++ child vectors 0.5), passages merged as brb merges them.
 
     PYTHONPATH=. .venv/bin/python benchmarks/parent_child_paraphrase.py /tmp/demo4k
 """
@@ -17,14 +18,16 @@ from parent_child_lab import Children, variants  # noqa: E402
 from brb_pipeline.pipeline.query import Searcher  # noqa: E402
 from brb_pipeline.settings import Settings  # noqa: E402
 
-CHOSEN = "rrf brb+0.0*clex+0.25*cvec"
+CHOSEN = "rrf brb+0.0*clex+0.25*cvec"  # declared on dev (A)
+DEV_BEST = "rrf brb+0.25*clex+0.5*cvec"  # best recall on dev (B), shown beside it
 sq = lambda s: " ".join(s.split())  # noqa: E731
 with Searcher.open(Settings.load(sys.argv[1])) as se:
     w = blc.Windows(se.con)
     ch = Children(se.con, se.embedder)
     print(f"{len(ch.texts)} messages embedded in {ch.embed_s:.1f} s beside {len(w.ids)} chunks")
     fns = {"brb default (topics included, as users get it)": None,
-           "brb chunks only (recomputed)": variants()["brb (recomputed)"], CHOSEN: variants()[CHOSEN]}
+           "brb chunks only (recomputed)": variants()["brb (recomputed)"], CHOSEN: variants()[CHOSEN],
+           DEV_BEST: variants()[DEV_BEST]}
     for name, fn in fns.items():
         h5 = mrr = 0
         for target, q in Q:
@@ -32,7 +35,7 @@ with Searcher.open(Settings.load(sys.argv[1])) as se:
                 texts = [h["text"] or "" for h in se.search(q, k=10, log=False)["hits"]]
             else:
                 lists = {"brb": [h["chunk_id"] for h in se.search(q, k=50, merge=False, log=False)["hits"]
-                                 if h["kind"] == "chunk"], "cvec": ch.vec(q), "clex": []}
+                                 if h["kind"] == "chunk"], "cvec": ch.vec(q), "clex": ch.lex(q)}
                 texts = w.passages(fn(lists))
             r = next((i for i, t in enumerate(texts[:10], 1) if sq(target) in sq(t)), None)
             h5 += r is not None and r <= 5
