@@ -96,13 +96,15 @@ def _settings(home: Path | None, write: bool = False, **overrides: Any) -> Setti
               help="Stop at the next batch boundary when this file appears.")
 @click.option("--no-insights", is_flag=True, help="Skip the insights map.")
 @click.option("--reembed", is_flag=True, help="Embed every chunk again (e.g. after upgrading MLX).")
+@click.option("--embedding-model", default=None, help="Embed with this model from now on (remembered in the home's "
+              "config.json): bundled:all-MiniLM-L6-v2, a local model directory, or hash; every chunk is re-embedded.")
 @click.option("--no-wait", is_flag=True, help="Refuse at once when another ingest runs on this home.")
 @click.option("--rebuild", is_flag=True, help="Rebuild the search store from staging (and a damaged brb.db from "
               "the snapshot, keeping the forgotten list and search log).")
 @no_encryption_opt
 @home_opt
 def ingest(chat_db, addressbook, attachments_dir, whatsapp, no_whatsapp, mail, no_mail, contacts, progress_mode,
-           cancel_file, no_insights, reembed, no_wait, rebuild, no_encryption, home):
+           cancel_file, no_insights, reembed, embedding_model, no_wait, rebuild, no_encryption, home):
     """Snapshot the sources and run every stage: parse, chunk, embed, store, index, map.
 
     On macOS, with no source given or saved, reads ~/Library/Messages/chat.db and
@@ -111,6 +113,7 @@ def ingest(chat_db, addressbook, attachments_dir, whatsapp, no_whatsapp, mail, n
 
     overrides: dict[str, Any] = {"chat_db": chat_db, "addressbook_dir": addressbook,
                                  **({"attachments_dir": attachments_dir} if attachments_dir else {}),
+                                 **({"embedding_model": embedding_model} if embedding_model else {}),
                                  **encryption_override(no_encryption, home, settings_mod.default_home)}
     if whatsapp:
         overrides.update(whatsapp_db=whatsapp, whatsapp_enabled=True)
@@ -124,6 +127,10 @@ def ingest(chat_db, addressbook, attachments_dir, whatsapp, no_whatsapp, mail, n
     if s.imessage_enabled:  # a private chat.db: Full Disk Access is the first thing to say
         settings_mod.check_source_readable(s.chat_db, "chat.db")
     s.check_writable()
+    if embedding_model:  # a model that cannot load is said before anything is read or written
+        from brb_pipeline.core.embedding.models import load_or_explain
+
+        load_or_explain(s)
     if rebuild:
         rebuild_home(s, wait=not no_wait)
     else:
