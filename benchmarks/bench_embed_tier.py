@@ -43,7 +43,7 @@ import bench_long_chats as blc  # noqa: E402
 import long_chats as lc  # noqa: E402
 
 from brb_pipeline.core.search.fusion import rrf_fuse  # noqa: E402
-from brb_pipeline.settings import Settings  # noqa: E402
+from brb_pipeline.config.settings import Settings  # noqa: E402
 
 
 class STModel:
@@ -67,7 +67,7 @@ class BrbModel:
     def __init__(self, s: Settings) -> None:
         from brb_pipeline.core.embedding.models import load_embedder
 
-        self.m = load_embedder(s)
+        self.m = load_embedder(s.embedding)
 
     def docs(self, texts: list[str]) -> np.ndarray:
         return np.asarray(self.m.embed(texts), dtype=np.float32)

@@ -45,7 +45,7 @@ import bench_long_chats as blc  # noqa: E402
 import long_chats as lc  # noqa: E402
 
 from brb_pipeline.core.search.fusion import rrf_fuse  # noqa: E402
-from brb_pipeline.settings import Settings  # noqa: E402
+from brb_pipeline.config.settings import Settings  # noqa: E402
 
 DEPTH = 50
 
@@ -131,7 +131,7 @@ def variants() -> dict[str, Callable[[dict[str, list[str]]], list[str]]]:
 
 def collect(half: str, work: Path, reuse: bool) -> tuple[list[tuple[Any, dict[str, list[str]]]], dict[str, Any]]:
     """Per question of ``half``: (question, {brb, clex, cvec, passages of each brb mode and peer})."""
-    from brb_pipeline.pipeline.query import Searcher
+    from brb_pipeline.search.query import Searcher
 
     out: list[tuple[Any, dict[str, list[str]]]] = []
     cost: dict[str, Any] = {"messages": 0, "chunks": 0, "child_embed_s": 0.0}

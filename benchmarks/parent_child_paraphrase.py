@@ -15,8 +15,8 @@ import bench_long_chats as blc  # noqa: E402
 from paraphrase_check_4k_q import Q  # noqa: E402
 from parent_child_lab import Children, variants  # noqa: E402
 
-from brb_pipeline.pipeline.query import Searcher  # noqa: E402
-from brb_pipeline.settings import Settings  # noqa: E402
+from brb_pipeline.search.query import Searcher  # noqa: E402
+from brb_pipeline.config.settings import Settings  # noqa: E402
 
 CHOSEN = "rrf brb+0.0*clex+0.25*cvec"  # declared on dev (A)
 DEV_BEST = "rrf brb+0.25*clex+0.5*cvec"  # best recall on dev (B), shown beside it

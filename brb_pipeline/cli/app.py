@@ -130,7 +130,7 @@ def ingest(chat_db, addressbook, attachments_dir, whatsapp, no_whatsapp, mail, n
     if embedding_model:  # a model that cannot load is said before anything is read or written
         from brb_pipeline.core.embedding.models import load_or_explain
 
-        load_or_explain(s)
+        load_or_explain(s.embedding)
     if rebuild:
         rebuild_home(s, wait=not no_wait)
     else:

@@ -399,15 +399,14 @@ def load_embedder(spec: EmbedderSpec) -> Embedder:
         return _LOADED[spec]
 
 
-def load_or_explain(settings: Any) -> Embedder:
+def load_or_explain(spec: EmbedderSpec) -> Embedder:
     """:func:`load_embedder`, with any failure to load the model as one :class:`ModelNotAvailableError`
     line (a model directory of an architecture the forwards do not run fails here, before an
     ingest has written anything, rather than in the middle of one)."""
     try:
-        return load_embedder(settings)
+        return load_embedder(spec)
     except ModelNotAvailableError:
         raise
     except Exception as exc:  # noqa: BLE001 - a model this machine cannot run, for whatever reason
-        spec = settings if isinstance(settings, EmbedderSpec) else EmbedderSpec.of(settings)
         raise ModelNotAvailableError(f"Embedding - cannot load model {spec.model!r} "
                                      f"({type(exc).__name__}); brb runs BERT-family models") from None
