@@ -22,6 +22,7 @@ URL_BALLOON = "com.apple.messages.URLBalloonProvider"
 CHATDB_DIR = "~/Library/Messages/Attachments"
 
 REPORT = "quarterly-report.pdf"
+MISSING_PHOTO = "IMG_4021.heic"  # the one attachment whose file the archive leaves out, on purpose
 SOURDOUGH_URL = "https://example.com/sourdough-starter-guide"
 SOURDOUGH_TITLE = "How to keep a sourdough starter alive"
 SOURDOUGH_SUMMARY = "Feed it flour and water every day and keep it warm."
@@ -78,7 +79,7 @@ def write_rich_messages(b: ChatDbBuilder, root: Path, direct: tuple[int, int, da
     b.add_message(chat, handle, "here is the report \ufffc", ts=t[0],
                   files=[_file(root, 1, REPORT, "application/pdf", "com.adobe.pdf", 1_250_000)])
     b.add_message(chat, 0, "\ufffc", ts=t[1], is_from_me=True,
-                  files=[_file(root, 2, "IMG_4021.heic", "image/heic", "public.heic", 2_400_000, present=False)])
+                  files=[_file(root, 2, MISSING_PHOTO, "image/heic", "public.heic", 2_400_000, present=False)])
     b.add_message(chat, handle, None, ts=t[2],
                   files=[_file(root, 3, "sticker.png", "image/png", "public.png", 48_000, sticker=True)])
     b.add_message(chat, handle, "\ufffc", ts=t[3],
@@ -114,3 +115,27 @@ def write_rich_messages(b: ChatDbBuilder, root: Path, direct: tuple[int, int, da
         counts["group_events"] += 2
         counts["system_messages"] += 1
     counts["rich_messages"] = kept
+
+
+def write_placeholders(chat_db: Path, root: Path) -> int:
+    """A small placeholder file under ``root`` for every attachment a message of ``chat_db`` points
+    at under ``~/Library/Messages/Attachments`` (the older photos of the generated chats), except
+    :data:`MISSING_PHOTO`: the archive then misses exactly that one file, which the reader counts.
+    Returns the files written."""
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{chat_db}?mode=ro", uri=True)
+    try:
+        names = [r[0] for r in con.execute(
+            "SELECT a.filename FROM attachment a JOIN message_attachment_join j ON j.attachment_id = a.ROWID "
+            "WHERE a.filename LIKE ? AND COALESCE(a.transfer_name, '') != ?", (CHATDB_DIR + "/%", MISSING_PHOTO))]
+    finally:
+        con.close()
+    written = 0
+    for name in names:
+        path = root / name[len(CHATDB_DIR) + 1:]
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(b"demo attachment placeholder\n")
+            written += 1
+    return written

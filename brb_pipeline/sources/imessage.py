@@ -513,10 +513,12 @@ class IMessageStream(BlockReader):
             "text_recovered_from_body": "iMessage - {n:,} messages had text that is not valid UTF-8 (read from attributedBody)",
             "other_invalid_utf8": "iMessage - {n:,} other values (guids, handles, names) were not valid UTF-8 (replaced)",
             "date_invalid": "iMessage - {n:,} messages with a missing or impossible date, kept without a time",
-            "attachments_missing": "iMessage - {n:,} attachments whose file is not in the attachments folder",
             "attachments_unjoined": "iMessage - {n:,} attachment rows no message points at",
             "link_previews_undecodable": "iMessage - {n:,} link previews that could not be read (their URL is kept)",
         })
+        if stats.get("attachments_missing"):  # normal with Messages in iCloud: counted, not a warning
+            log.info("iMessage - %s attachments are not in the attachments folder (offloaded or deleted)",
+                     f"{stats['attachments_missing']:,}")
         log.info(
             "iMessage - read %s rows into %s messages and %s chats in %.2f s",
             f"{stats['messages_read']:,}", f"{stats['messages']:,}", f"{chats.height:,}", time.perf_counter() - self._t0,
