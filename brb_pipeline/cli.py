@@ -377,8 +377,11 @@ def search(query, contacts, senders, since, until, mode, k, channel, context, di
 
     try:
         if query == "-":
+            from brb_pipeline.pipeline import paths
+            from brb_pipeline.pipeline.hit_files import HitFiles
+
             with Searcher.open(s, mode=mode) as searcher:
-                _search_lines(searcher, options)
+                _search_lines(searcher, options, HitFiles(paths.messages(s)))
             return
         out = run_search_cold(s, query, **options)
     except duckdb.Error as e:  # a checksum or AES tag that fails: say which file, and the way out
@@ -410,14 +413,17 @@ def _leave_now() -> None:
     os._exit(0)
 
 
-def _search_lines(searcher, options: dict) -> None:
-    """One JSON line out per query line in; blank lines are skipped, EOF ends the session."""
+def _search_lines(searcher, options: dict, files=None) -> None:
+    """One JSON line out per query line in; blank lines are skipped, EOF ends the session. Hits
+    carry ``files`` as in a one-shot ``--json`` answer (``hit_files.HitFiles``)."""
     for line in sys.stdin:
         query = line.strip()
         if not query:
             continue
         try:
             out = searcher.search(query, **options)
+            if files is not None:
+                files.add(out)
         except BrbError as exc:
             out = {"query": query, "error": str(exc)}
         click.echo(json.dumps(out, ensure_ascii=False, default=str))

@@ -156,6 +156,52 @@ def test_demo_extras_show_in_search_output_and_json(home):
     assert rich.SOURDOUGH_TITLE in plain.stdout
 
 
+def test_search_sessions_carry_the_files_as_one_shot_json_does(home):
+    """``brb search -`` (one JSON line per query line) gives each hit the same ``files`` as a
+    one-shot ``brb search --json``, from an index read once for the session."""
+    import subprocess
+    import sys
+
+    from brb_pipeline_tests.test_cli import ENV
+
+    home, archive = home
+    queries = ["quarterly report PDF", "sourdough starter", "quarterly report PDF"]
+    r = subprocess.run([sys.executable, "-m", "brb_pipeline.cli", "search", "-", "-k", "3", "--home", str(home)],
+                       input="\n".join(queries) + "\n", capture_output=True, text=True, timeout=300, env=ENV)
+    assert r.returncode == 0, r.stderr[-2000:]
+    answers = [json.loads(line) for line in r.stdout.splitlines()]
+    assert len(answers) == 3
+    for q, got in zip(queries, answers):
+        want = _search(home, q)
+        assert [h["files"] for h in got["hits"]] == [h["files"] for h in want["hits"]], q
+    names = {f.get("name") for h in answers[0]["hits"] for f in h["files"]}
+    assert rich.REPORT in names
+    urls = {f.get("url") for h in answers[1]["hits"] for f in h["files"]}
+    assert rich.SOURDOUGH_URL in urls
+
+
+def test_file_index_reads_plain_and_sealed_staging_alike(home, tmp_path):
+    """The one-shot lookup reads a plain staged file with DuckDB and a sealed one with polars:
+    both give the same index, and a contact filter keeps only those conversations."""
+    import brb_pipeline.pipeline  # noqa: F401  (the home's key opens its sealed files)
+    from brb_pipeline.core.crypto import files
+    from brb_pipeline.pipeline.hit_files import extras_index
+
+    home, _ = home
+    staged = home / "staging" / "messages.parquet"
+    plain = tmp_path / "messages.parquet"
+    plain.write_bytes(files.read_bytes(staged))  # decrypted when sealed
+    assert not files.sealed(plain)
+    every = extras_index(staged)
+    assert every and extras_index(plain) == every
+    chat = next(c for c, rows in every.items() if any(e["name"] == rich.REPORT for _, _, es in rows for e in es))
+    contact = files.read_parquet(plain, columns=["chat_id", "contact_id"]).filter(
+        pl.col("chat_id") == chat)["contact_id"][0]
+    for path in (staged, plain):
+        only = extras_index(path, [contact])
+        assert chat in only and only[chat] == every[chat] and extras_index(path, ["nobody"]) == {}
+
+
 def test_assistant_lines_carry_the_files_with_their_paths(home):
     from brb_pipeline.assistant.lines import Transcript
 

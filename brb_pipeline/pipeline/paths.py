@@ -6,12 +6,13 @@ import io
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-
-import polars as pl
+from typing import TYPE_CHECKING
 
 from brb_pipeline.core.crypto import files
-from brb_pipeline.core.store.chunks import partition_path
 from brb_pipeline.settings import Settings
+
+if TYPE_CHECKING:  # a one-shot search asks where files are without loading polars
+    import polars as pl
 
 
 def parsed_messages(s: Settings) -> Path:
@@ -48,6 +49,8 @@ def retired(s: Settings, batch: str) -> Path:
 def partition(s: Settings, batch: str) -> Path:
     """One batch's chunks with their embeddings, ``staging/chunks/batch=<key>.parquet`` (the
     layout is ``core.store.chunks``', which writes and loads these files)."""
+    from brb_pipeline.core.store.chunks import partition_path  # loads polars: not on a search's path
+
     return partition_path(s.staging_dir, batch)
 
 
@@ -160,6 +163,8 @@ def atomic_parquet_writer(path: Path, schema: pl.Schema) -> Iterator[Callable[[p
     Yields:
         ``write(frame)``: appends one block (empty blocks are skipped).
     """
+    import polars as pl
+
     arrow_schema = pl.DataFrame(schema=schema).to_arrow().schema
     with files.parquet_writer(path, arrow_schema, compression="zstd") as write_table:
         def write(frame: pl.DataFrame) -> None:
