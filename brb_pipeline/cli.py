@@ -82,6 +82,9 @@ def _settings(home: Path | None, write: bool = False, **overrides: Any) -> Setti
 @click.option("--attachments", "attachments_dir", type=click.Path(path_type=Path), default=None,
               help="Messages attachments folder chat.db's paths resolve against (default: "
                    "~/Library/Messages/Attachments); files are listed, never opened or copied.")
+@click.option("--voice-lengths/--no-voice-lengths", default=None,
+              help="Read each iMessage voice message's length from its .caf file's header (opens those "
+                   "files; chat.db holds no length). Off by default; remembered.")
 @click.option("--whatsapp", type=click.Path(path_type=Path), default=None,
               help="WhatsApp ChatStorage.sqlite; giving it turns the WhatsApp channel on.")
 @click.option("--no-whatsapp", is_flag=True, help="Turn the WhatsApp channel off.")
@@ -100,7 +103,7 @@ def _settings(home: Path | None, write: bool = False, **overrides: Any) -> Setti
               "the snapshot, keeping the forgotten list and search log).")
 @no_encryption_opt
 @home_opt
-def ingest(chat_db, addressbook, attachments_dir, whatsapp, no_whatsapp, mail, no_mail, contacts, progress_mode,
+def ingest(chat_db, addressbook, attachments_dir, voice_lengths, whatsapp, no_whatsapp, mail, no_mail, contacts, progress_mode,
            cancel_file, no_insights, reembed, no_wait, rebuild, no_encryption, home):
     """Snapshot the sources and run every stage: parse, chunk, embed, store, index, map.
 
@@ -110,6 +113,7 @@ def ingest(chat_db, addressbook, attachments_dir, whatsapp, no_whatsapp, mail, n
 
     overrides: dict[str, Any] = {"chat_db": chat_db, "addressbook_dir": addressbook,
                                  **({"attachments_dir": attachments_dir} if attachments_dir else {}),
+                                 **({"voice_lengths": voice_lengths} if voice_lengths is not None else {}),
                                  **encryption_override(no_encryption, home, settings_mod.default_home)}
     if whatsapp:
         overrides.update(whatsapp_db=whatsapp, whatsapp_enabled=True)

@@ -314,3 +314,47 @@ def test_voice_transcription_is_read_from_the_attribute_dictionary_only():
     for none in (encode_attributed_body("\ufffc"), encode_attributed_body("call me back"), b"junk", None,
                  blob[: len(blob) - 20]):
         assert audio_transcription(none) is None
+
+
+def test_caf_length_from_the_header_only(tmp_path):
+    from brb_pipeline.sources.caf import caf_seconds, write_caf
+
+    for seconds, opus in ((42.0, True), (7.5, False), (0.4, True), (3600.0, True)):
+        write_caf(tmp_path / "a.caf", seconds, opus=opus)
+        assert caf_seconds(tmp_path / "a.caf") == pytest.approx(seconds, abs=0.001)
+    good = (tmp_path / "a.caf").read_bytes()
+    for name, data in (("short.caf", good[:20]), ("foreign.caf", b"RIFF" + good[4:]), ("empty.caf", b""),
+                       ("junk.caf", b"caff\x00\x01\x00\x00desc" + b"\xff" * 8 + b"\x00" * 4)):
+        (tmp_path / name).write_bytes(data)
+        assert caf_seconds(tmp_path / name) is None, name
+    assert caf_seconds(tmp_path / "missing.caf") is None
+
+
+def test_voice_length_is_read_only_when_opted_in(make_chatdb, tmp_path, monkeypatch):
+    """chat.db holds no length for a voice message: with ``voice_lengths`` the .caf header gives
+    it ("[voice message, 0:42]"); without, no attachment file is opened at all."""
+    from brb_pipeline.sources import imessage_extras
+    from brb_pipeline.sources.caf import write_caf
+
+    root = tmp_path / "Attachments"
+    b = make_chatdb()
+    sam = b.add_handle("+15550001")
+    chat = b.add_chat([sam], style=45, identifier="+15550001", guid="iMessage;-;+15550001")
+    spec = rich._file(root, 5, "Audio Message.caf", None, "com.apple.coreaudio-format", 0)
+    write_caf(root / spec["filename"][len(A) + 1:], 42.2)
+    b.add_message(chat, sam, "\ufffc", ts=T0, columns={"is_audio_message": 1}, files=[spec])
+    db = b.close()
+
+    def never(path):
+        raise AssertionError("an attachment file was opened without the opt-in")
+
+    with monkeypatch.context() as m:
+        m.setattr(imessage_extras, "caf_seconds", never)
+        off = read_imessage(db, attachments_dir=root)
+    (entry,) = off.messages["extras"][0]
+    assert entry["kind"] == "voice" and entry["ref"] is None and off.stats["voice_lengths_read"] == 0
+    on = read_imessage(db, attachments_dir=root, voice_lengths=True)
+    (entry,) = on.messages["extras"][0]
+    assert entry["ref"] == "42" and on.stats["voice_lengths_read"] == 1
+    assert render_extras("\ufffc", [entry], {})[0].endswith("[voice message, 0:42]")
+    assert render_extras(None, [{**entry, "text": "see you at six"}], {})[0] == "[voice message, 0:42: see you at six]"

@@ -28,6 +28,7 @@ SOURDOUGH_TITLE = "How to keep a sourdough starter alive"
 SOURDOUGH_SUMMARY = "Feed it flour and water every day and keep it warm."
 REPLY_TEXT = "yes, Saturday works for the ski trip"
 VOICE_TRANSCRIPT = "Mix two cups of flour with the starter and let it rest overnight"
+VOICE_SECONDS = 42  # the length its .caf header says (read only with the voice_lengths opt-in)
 
 
 def url_payload(url: str, title: str, summary: str) -> bytes:
@@ -59,6 +60,16 @@ def _file(root: Path, n: int, name: str, mime: str | None, uti: str, size: int, 
             "total_bytes": size, "is_sticker": int(sticker)}
 
 
+def _voice(root: Path, n: int, seconds: float) -> dict[str, Any]:
+    """A voice message's attachment row; its file is a CAF whose header holds ``seconds``."""
+    from brb_pipeline.sources.caf import write_caf
+
+    spec = _file(root, n, "Audio Message.caf", None, "com.apple.coreaudio-format", 0)
+    path = root / spec["filename"][len(CHATDB_DIR) + 1:]
+    write_caf(path, seconds)
+    return {**spec, "total_bytes": path.stat().st_size}
+
+
 def write_rich_messages(b: ChatDbBuilder, root: Path, direct: tuple[int, int, datetime],
                         group: tuple[int, list[int], datetime] | None, reply_to: str,
                         counts: dict[str, int]) -> None:
@@ -85,7 +96,7 @@ def write_rich_messages(b: ChatDbBuilder, root: Path, direct: tuple[int, int, da
     b.add_message(chat, handle, "\ufffc", ts=t[3],
                   columns={"is_audio_message": 1,
                            "attributedBody": encode_attributed_body("\ufffc", transcription=VOICE_TRANSCRIPT)},
-                  files=[_file(root, 4, "Audio Message.caf", None, "com.apple.coreaudio-format", 310_000)])
+                  files=[_voice(root, 4, VOICE_SECONDS)])
     b.add_message(chat, handle, SOURDOUGH_URL, ts=t[4],
                   columns={"balloon_bundle_id": URL_BALLOON,
                            "payload_data": url_payload(SOURDOUGH_URL, SOURDOUGH_TITLE, SOURDOUGH_SUMMARY)})

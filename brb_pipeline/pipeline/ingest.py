@@ -214,7 +214,8 @@ def _channel_stream(s: Settings, snap: dict[str, Any], channel: str, cancel: Can
     io = snapshot_io(s)
     if channel == "imessage":
         return IMessageStream(Path(snap["chat_db"]), default_region=s.default_region, cancel=cancel, progress=prog,
-                              chunk_rows=_BLOCK_ROWS, io=io, attachments_dir=s.attachments_dir)
+                              chunk_rows=_BLOCK_ROWS, io=io, attachments_dir=s.attachments_dir,
+                              voice_lengths=s.voice_lengths)
     if channel == "whatsapp" and snap.get("whatsapp_db"):
         from brb_pipeline.sources.whatsapp import WhatsAppStream  # opened only when opted in
 
