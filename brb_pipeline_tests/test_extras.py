@@ -144,6 +144,8 @@ def test_demo_extras_show_in_search_output_and_json(home):
                          ("Saturday ski trip", "↪ replying to "), ("renamed the group", " renamed the group to ")):
         hits = _search(home, query)["hits"]
         assert any(shown in h["text"] for h in hits), (query, [h["text"] for h in hits])
+        plain = brb("search", query, "-k", "3", home=home)  # the text a person reads shows it too
+        assert plain.returncode == 0 and shown in plain.stdout, (query, plain.stdout[-1500:])
     hits = _search(home, "quarterly report PDF")["hits"]
     files = {f.get("name") or f.get("url"): f for h in hits for f in h["files"]}
     report = files[rich.REPORT]

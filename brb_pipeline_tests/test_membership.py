@@ -150,6 +150,17 @@ def test_a_member_who_left_routes_to_the_group(home):
     assert out["hits"] and all(h["contact"] == "Ski trip" or h["chat_id"].endswith("chat77") for h in out["hits"])
 
 
+def test_the_assistant_person_tool_has_tapbacks_and_group_membership(home):
+    from brb_pipeline_tests.test_cli import ENV
+    from brb_pipeline_tests.test_mcp import answer, session
+
+    _, (kim, pat) = session(home, ENV, [("person", {"name": KIM}), ("person", {"name": PAT})])
+    kim, pat = answer(kim), answer(pat)
+    assert kim["tapbacks"] == {"given": 2, "got": 0, "given_by_kind": {"sticker": 1, "😂": 1}}
+    (group,) = pat["group_membership"]
+    assert group["joined"] is None and group["left"][:10] == "2024-05-10"
+
+
 def test_forget_a_former_member_removes_them(home):
     assert {f.needle for f in scan(home, [LEE])} == {LEE}
     r = brb("forget", "--contact", LEE, "--yes", home=home)
