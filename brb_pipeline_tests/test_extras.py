@@ -164,8 +164,6 @@ def test_search_sessions_carry_the_files_as_one_shot_json_does(home):
     import subprocess
     import sys
 
-    from brb_pipeline_tests.test_cli import ENV
-
     home, archive = home
     queries = ["quarterly report PDF", "sourdough starter", "quarterly report PDF"]
     r = subprocess.run([sys.executable, "-m", "brb_pipeline.cli", "search", "-", "-k", "3", "--home", str(home)],

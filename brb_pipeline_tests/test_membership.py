@@ -4,7 +4,7 @@ group events (added, removed, left), through a real ingest of a hand-built chat.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 import polars as pl
 import pytest
@@ -14,7 +14,6 @@ from brb_pipeline.core.contacts.reactions import person_reactions
 from brb_pipeline_tests.bytescan import scan, summary
 from brb_pipeline_tests.test_cli import brb
 
-T = datetime(2024, 3, 1, 12, 0, tzinfo=timezone.utc)
 SAM, KIM, LEE, MAX, PAT = "sam@example.com", "kim@example.com", "lee@example.com", "max@example.com", "pat@example.com"
 
 
