@@ -47,7 +47,7 @@ CONFIG_OWNED = {
     "chat_db", "addressbook_dir", "whatsapp_db", "imessage_enabled", "whatsapp_enabled", "mail_enabled",
     "mail_dir", "attachments_dir", "mail_exclude_lists", "encryption", "duckdb_load_memory_limit",
     "search_min_similarity", "labeler_model_path", "llm_model_path", "insights_refit_share",
-    "schedule_cron", "schedule_enabled",
+    "schedule_cron", "schedule_enabled", "voice_lengths",
 }
 #: Parameter names under which core functions take those settings (their literal defaults count).
 ALIASES = {
@@ -95,7 +95,12 @@ def _literal_defaults() -> list[tuple[str, int, str, object]]:
                 pairs = [(st.target.id, st.value) for st in node.body
                          if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name) and st.value is not None]
             for name, d in pairs:
-                if isinstance(d, (ast.Constant, ast.BinOp)) and not (isinstance(d, ast.Constant) and d.value is None):
+                # None and False are "absent" and "off": every reader defaults to off on its own
+                # (privacy: a reader called without a switch never opens more), so they are no
+                # value to own.
+                if isinstance(d, ast.Constant) and (d.value is None or d.value is False):
+                    continue
+                if isinstance(d, (ast.Constant, ast.BinOp)):
                     out.append((rel, d.lineno, name, ast.unparse(d)))
     return out
 

@@ -129,6 +129,23 @@ def _dump(path: Path) -> list[tuple]:
     return rows
 
 
+def test_every_attachment_file_is_there_but_the_one_left_out_on_purpose(demo_archive_small, caplog):
+    """The demo archive's files match its chat.db: of every attachment a message points at, only
+    the deliberate missing photo is absent; it is counted, and no run warns about it."""
+    from brb_pipeline.demo.rich import MISSING_PHOTO
+
+    a = demo_archive_small
+    with caplog.at_level("WARNING"):
+        r = read_imessage(a.chat_db, attachments_dir=a.attachments_dir)
+    assert r.stats["attachments_listed"] >= 4 + a.counts["attachments"]
+    assert r.stats["attachments_missing"] == a.counts["rich_attachments_missing"] == 1
+    missing = [e for ex in r.messages["extras"].drop_nulls().to_list() for e in ex
+               if e["kind"] in ("file", "sticker", "voice") and not e["exists"]]
+    assert [e["name"] for e in missing] == [MISSING_PHOTO]
+    said = " ".join(r.warnings) + caplog.text
+    assert "not in the attachments folder" not in said and MISSING_PHOTO not in said
+
+
 def test_deterministic_for_a_seed(tmp_path):
     a1 = build_demo_archive(tmp_path / "a", messages=300, seed=11)
     a2 = build_demo_archive(tmp_path / "b", messages=300, seed=11)

@@ -144,6 +144,8 @@ def test_demo_extras_show_in_search_output_and_json(home):
                          ("Saturday ski trip", "↪ replying to "), ("renamed the group", " renamed the group to ")):
         hits = _search(home, query)["hits"]
         assert any(shown in h["text"] for h in hits), (query, [h["text"] for h in hits])
+        plain = brb("search", query, "-k", "3", home=home)  # the text a person reads shows it too
+        assert plain.returncode == 0 and shown in plain.stdout, (query, plain.stdout[-1500:])
     hits = _search(home, "quarterly report PDF")["hits"]
     files = {f.get("name") or f.get("url"): f for h in hits for f in h["files"]}
     report = files[rich.REPORT]
@@ -154,6 +156,51 @@ def test_demo_extras_show_in_search_output_and_json(home):
     assert links[rich.SOURDOUGH_URL]["title"] == rich.SOURDOUGH_TITLE
     plain = brb("search", "sourdough starter", home=home)
     assert rich.SOURDOUGH_TITLE in plain.stdout
+
+
+def test_search_sessions_carry_the_files_as_one_shot_json_does(home):
+    """``brb search -`` (one JSON line per query line) gives each hit the same ``files`` as a
+    one-shot ``brb search --json``, from an index read once for the session."""
+    import subprocess
+    import sys
+
+    home, archive = home
+    queries = ["quarterly report PDF", "sourdough starter", "quarterly report PDF"]
+    r = subprocess.run([sys.executable, "-m", "brb_pipeline.cli", "search", "-", "-k", "3", "--home", str(home)],
+                       input="\n".join(queries) + "\n", capture_output=True, text=True, timeout=300, env=ENV)
+    assert r.returncode == 0, r.stderr[-2000:]
+    answers = [json.loads(line) for line in r.stdout.splitlines()]
+    assert len(answers) == 3
+    for q, got in zip(queries, answers):
+        want = _search(home, q)
+        assert [h["files"] for h in got["hits"]] == [h["files"] for h in want["hits"]], q
+    names = {f.get("name") for h in answers[0]["hits"] for f in h["files"]}
+    assert rich.REPORT in names
+    urls = {f.get("url") for h in answers[1]["hits"] for f in h["files"]}
+    assert rich.SOURDOUGH_URL in urls
+
+
+def test_file_index_reads_plain_and_sealed_staging_alike(home, tmp_path):
+    """The one-shot lookup reads a plain staged file with DuckDB and a sealed one with polars:
+    both give the same index, and a contact filter keeps only those conversations."""
+    from brb_pipeline import keys as _keys
+    _keys.install()  # an encrypted home's files open with its key
+    from brb_pipeline.core.crypto import files
+    from brb_pipeline.search.hit_files import extras_index
+
+    home, _ = home
+    staged = home / "staging" / "messages.parquet"
+    plain = tmp_path / "messages.parquet"
+    plain.write_bytes(files.read_bytes(staged))  # decrypted when sealed
+    assert not files.sealed(plain)
+    every = extras_index(staged)
+    assert every and extras_index(plain) == every
+    chat = next(c for c, rows in every.items() if any(e["name"] == rich.REPORT for _, _, es in rows for e in es))
+    contact = files.read_parquet(plain, columns=["chat_id", "contact_id"]).filter(
+        pl.col("chat_id") == chat)["contact_id"][0]
+    for path in (staged, plain):
+        only = extras_index(path, [contact])
+        assert chat in only and only[chat] == every[chat] and extras_index(path, ["nobody"]) == {}
 
 
 def test_assistant_lines_carry_the_files_with_their_paths(home):
@@ -268,3 +315,47 @@ def test_voice_transcription_is_read_from_the_attribute_dictionary_only():
     for none in (encode_attributed_body("\ufffc"), encode_attributed_body("call me back"), b"junk", None,
                  blob[: len(blob) - 20]):
         assert audio_transcription(none) is None
+
+
+def test_caf_length_from_the_header_only(tmp_path):
+    from brb_pipeline.sources.caf import caf_seconds, write_caf
+
+    for seconds, opus in ((42.0, True), (7.5, False), (0.4, True), (3600.0, True)):
+        write_caf(tmp_path / "a.caf", seconds, opus=opus)
+        assert caf_seconds(tmp_path / "a.caf") == pytest.approx(seconds, abs=0.001)
+    good = (tmp_path / "a.caf").read_bytes()
+    for name, data in (("short.caf", good[:20]), ("foreign.caf", b"RIFF" + good[4:]), ("empty.caf", b""),
+                       ("junk.caf", b"caff\x00\x01\x00\x00desc" + b"\xff" * 8 + b"\x00" * 4)):
+        (tmp_path / name).write_bytes(data)
+        assert caf_seconds(tmp_path / name) is None, name
+    assert caf_seconds(tmp_path / "missing.caf") is None
+
+
+def test_voice_length_is_read_only_when_opted_in(make_chatdb, tmp_path, monkeypatch):
+    """chat.db holds no length for a voice message: with ``voice_lengths`` the .caf header gives
+    it ("[voice message, 0:42]"); without, no attachment file is opened at all."""
+    from brb_pipeline.sources import imessage_extras
+    from brb_pipeline.sources.caf import write_caf
+
+    root = tmp_path / "Attachments"
+    b = make_chatdb()
+    sam = b.add_handle("+15550001")
+    chat = b.add_chat([sam], style=45, identifier="+15550001", guid="iMessage;-;+15550001")
+    spec = rich._file(root, 5, "Audio Message.caf", None, "com.apple.coreaudio-format", 0)
+    write_caf(root / spec["filename"][len(A) + 1:], 42.2)
+    b.add_message(chat, sam, "\ufffc", ts=T0, columns={"is_audio_message": 1}, files=[spec])
+    db = b.close()
+
+    def never(path):
+        raise AssertionError("an attachment file was opened without the opt-in")
+
+    with monkeypatch.context() as m:
+        m.setattr(imessage_extras, "caf_seconds", never)
+        off = read_imessage(db, attachments_dir=root)
+    (entry,) = off.messages["extras"][0]
+    assert entry["kind"] == "voice" and entry["ref"] is None and off.stats["voice_lengths_read"] == 0
+    on = read_imessage(db, attachments_dir=root, voice_lengths=True)
+    (entry,) = on.messages["extras"][0]
+    assert entry["ref"] == "42" and on.stats["voice_lengths_read"] == 1
+    assert render_extras("\ufffc", [entry], {})[0].endswith("[voice message, 0:42]")
+    assert render_extras(None, [{**entry, "text": "see you at six"}], {})[0] == "[voice message, 0:42: see you at six]"

@@ -26,7 +26,7 @@ work = Path(tempfile.mkdtemp(prefix="m34-labelshots-"))
 home = work / "home"
 shutil.copytree(src, home, ignore=shutil.ignore_patterns("demo-archive", "snapshot", "dagster"))
 s = Settings.load(home)
-emb = load_embedder(s)
+emb = load_embedder(s.embedding)
 names = default_labeler(s, emb).base.names  # the contacts' names, as the pipeline drops them
 v1 = LabelChain(TfidfLabeler(n_terms=30), EmbeddingLabeler(emb, tfidf_weight=0.0, core_terms=False))
 v1.base.names = v1.refiners[0].names = names

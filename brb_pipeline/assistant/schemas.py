@@ -96,8 +96,9 @@ TOOLS: list[dict[str, Any]] = [
     {
         "name": "person",
         "description": (
-            "Everything stored about one person or group: the list_people fields, average reply times, and the "
-            "distilled memory when it exists (`profile`: relationship, tone, recurring topics, commitments; "
+            "Everything stored about one person or group: the list_people fields, average reply times, "
+            "`tapbacks` (given, got, given by kind), `group_membership` (each group chat with when they joined "
+            "and left, null when there from the start or still in), and the distilled memory when it exists (`profile`: relationship, tone, recurring topics, commitments; "
             "`topics`: monthly summaries with message ids). When there is none, `memory_note` says so."),
         "inputSchema": {
             "type": "object",

@@ -269,6 +269,11 @@ class Home:
         out = {**row, "avg_reply_seconds": {"me": r["avg_response_s_me"],
                                                             "them": r["avg_response_s_them"]},
                "profile": profile, "topics": topics[:20], "more_topics": max(0, len(topics) - 20)}
+        if self.people is not None:  # tapbacks per person, and the groups they joined or left (issue 31)
+            out["tapbacks"] = {"given": r.get("reactions_sent") or 0, "got": r.get("reactions_received") or 0,
+                               "given_by_kind": r.get("reactions") or {}}
+            out["group_membership"] = [{"conversation": c["chat_id"], "joined": c.get("joined_ts"),
+                                        "left": c.get("left_ts")} for c in r["conversations"] if c["kind"] == "group"]
         if profile is None and not topics:
             out["memory_note"] = NO_MEMORY
         return out

@@ -83,6 +83,9 @@ def _settings(home: Path | None, write: bool = False, **overrides: Any) -> Setti
 @click.option("--attachments", "attachments_dir", type=click.Path(path_type=Path), default=None,
               help="Messages attachments folder chat.db's paths resolve against (default: "
                    "~/Library/Messages/Attachments); files are listed, never opened or copied.")
+@click.option("--voice-lengths/--no-voice-lengths", default=None,
+              help="Read each iMessage voice message's length from its .caf file's header (opens those "
+                   "files; chat.db holds no length). Off by default; remembered.")
 @click.option("--whatsapp", type=click.Path(path_type=Path), default=None,
               help="WhatsApp ChatStorage.sqlite; giving it turns the WhatsApp channel on.")
 @click.option("--no-whatsapp", is_flag=True, help="Turn the WhatsApp channel off.")
@@ -103,8 +106,8 @@ def _settings(home: Path | None, write: bool = False, **overrides: Any) -> Setti
               "the snapshot, keeping the forgotten list and search log).")
 @no_encryption_opt
 @home_opt
-def ingest(chat_db, addressbook, attachments_dir, whatsapp, no_whatsapp, mail, no_mail, contacts, progress_mode,
-           cancel_file, no_insights, reembed, embedding_model, no_wait, rebuild, no_encryption, home):
+def ingest(chat_db, addressbook, attachments_dir, voice_lengths, whatsapp, no_whatsapp, mail, no_mail, contacts,
+           progress_mode, cancel_file, no_insights, reembed, embedding_model, no_wait, rebuild, no_encryption, home):
     """Snapshot the sources and run every stage: parse, chunk, embed, store, index, map.
 
     On macOS, with no source given or saved, reads ~/Library/Messages/chat.db and
@@ -114,6 +117,7 @@ def ingest(chat_db, addressbook, attachments_dir, whatsapp, no_whatsapp, mail, n
     overrides: dict[str, Any] = {"chat_db": chat_db, "addressbook_dir": addressbook,
                                  **({"attachments_dir": attachments_dir} if attachments_dir else {}),
                                  **({"embedding_model": embedding_model} if embedding_model else {}),
+                                 **({"voice_lengths": voice_lengths} if voice_lengths is not None else {}),
                                  **encryption_override(no_encryption, home, settings_mod.default_home)}
     if whatsapp:
         overrides.update(whatsapp_db=whatsapp, whatsapp_enabled=True)
@@ -389,8 +393,10 @@ def search(query, contacts, senders, since, until, mode, k, channel, context, di
 
     try:
         if query == "-":
+            from brb_pipeline.search.hit_files import HitFiles
+
             with Searcher.open(s, mode=mode) as searcher:
-                _search_lines(searcher, options)
+                _search_lines(searcher, options, HitFiles(s.paths.messages))
             return
         out = run_search_cold(s, query, **options)
     except duckdb.Error as e:  # a checksum or AES tag that fails: say which file, and the way out
@@ -421,14 +427,17 @@ def _leave_now() -> None:
     os._exit(0)
 
 
-def _search_lines(searcher, options: dict) -> None:
-    """One JSON line out per query line in; blank lines are skipped, EOF ends the session."""
+def _search_lines(searcher, options: dict, files=None) -> None:
+    """One JSON line out per query line in; blank lines are skipped, EOF ends the session. Hits
+    carry ``files`` as in a one-shot ``--json`` answer (``hit_files.HitFiles``)."""
     for line in sys.stdin:
         query = line.strip()
         if not query:
             continue
         try:
             out = searcher.search(query, **options)
+            if files is not None:
+                files.add(out)
         except BrbError as exc:
             out = {"query": query, "error": str(exc)}
         click.echo(json.dumps(out, ensure_ascii=False, default=str))

@@ -63,6 +63,9 @@ class Settings:
     # Where chat.db's "~/Library/Messages/Attachments/..." paths resolve (a copied archive names
     # its copy). Files there are only checked to exist, never opened or copied.
     attachments_dir: Path | None = field(default_factory=lambda: absolute(Path.home() / MAC_ATTACHMENTS))
+    # Opt-in: a voice message's length is in no chat.db column, only in its .caf file's header,
+    # which is then read (a few hundred bytes; the audio never). Off: no attachment file is opened.
+    voice_lengths: bool = False
     mail_exclude_lists: bool = True  # drop mailing-list and automated mail (List-*, noreply, bulk)
     # Encryption at rest (keys.provider): fixed when a home is first ingested, then read from its
     # encryption.json. False (`--no-encryption`) makes a plaintext home.

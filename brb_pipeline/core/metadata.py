@@ -75,13 +75,21 @@ CREATE TABLE IF NOT EXISTS people (
     first_ts TEXT,
     last_ts TEXT,
     avg_response_s_me REAL,
-    avg_response_s_them REAL
+    avg_response_s_them REAL,
+    reactions_sent INTEGER NOT NULL DEFAULT 0,
+    reactions_received INTEGER NOT NULL DEFAULT 0,
+    reactions_json TEXT
 );
 CREATE TABLE IF NOT EXISTS members (
     chat_id TEXT NOT NULL,
     person_id TEXT NOT NULL,
     contact_id TEXT NOT NULL,
     kind TEXT NOT NULL,
+    joined_ts TEXT,                    -- null: there from before the archive shows
+    left_ts TEXT,                      -- null: still in
+    first_ts TEXT,                     -- their first / last message in the chat
+    last_ts TEXT,
+    spans_json TEXT,                   -- [[from|null, to|null], ...]: core/contacts/membership.py
     PRIMARY KEY (chat_id, person_id)
 );
 CREATE INDEX IF NOT EXISTS members_person ON members(person_id);
@@ -202,9 +210,27 @@ def connect(path: Path, *, create: bool = True) -> Iterator[sqlite3.Connection]:
             if files.file_key(path) is None:
                 conn.execute("PRAGMA journal_mode=WAL")
             conn.executescript(SCHEMA)
+            _added_columns(conn)
         except sqlite3.DatabaseError as e:
             raise StoreError(f"brb.db at {path} is damaged ({e}): run `brb ingest --rebuild` (it keeps the forgotten list and the search log where they can be read)") from None
         yield conn
+
+
+#: Columns added to ``people`` and ``members`` after their first release (issue 31: tapbacks per
+#: person, membership over time); a store made before gets them empty on its first open.
+_ADDED_COLUMNS = {
+    "people": {"reactions_sent": "INTEGER NOT NULL DEFAULT 0", "reactions_received": "INTEGER NOT NULL DEFAULT 0",
+               "reactions_json": "TEXT"},
+    "members": {"joined_ts": "TEXT", "left_ts": "TEXT", "first_ts": "TEXT", "last_ts": "TEXT", "spans_json": "TEXT"},
+}
+
+
+def _added_columns(c: sqlite3.Connection) -> None:
+    for table, cols in _ADDED_COLUMNS.items():
+        have = {r[1] for r in c.execute(f"PRAGMA table_info({table})")}
+        for name, typ in cols.items():
+            if name not in have:
+                c.execute(f"ALTER TABLE {table} ADD COLUMN {name} {typ}")
 
 
 #: Columns added to ``ingestion_runs`` after its first release: which process runs it (so a run

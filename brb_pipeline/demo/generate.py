@@ -37,7 +37,7 @@ from typing import Any
 
 from brb_pipeline.demo import names as N
 from brb_pipeline.demo.chatdb_schema import STYLE_DIRECT, STYLE_GROUP
-from brb_pipeline.demo.rich import write_rich_messages
+from brb_pipeline.demo.rich import write_placeholders, write_rich_messages
 from brb_pipeline.demo.chatdb_writer import ChatDbBuilder
 from brb_pipeline.demo.contact_stores import write_demo_addressbook, write_demo_mail_store, write_demo_whatsapp
 from brb_pipeline.demo.people import Cast, Contact, random_guid
@@ -153,6 +153,7 @@ class _Gen:
         self._write_messages(b, ev.items)
         self._rich_messages(b, parents)
         b.close()
+        write_placeholders(self.dest / "chat.db", self.dest / "Attachments")  # one file left out, on purpose
 
         self.counts["expected_messages"] = (
             self.counts["corpus_messages"] + self.counts["attachments"] + self.counts["multilingual"]

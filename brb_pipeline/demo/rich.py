@@ -22,11 +22,13 @@ URL_BALLOON = "com.apple.messages.URLBalloonProvider"
 CHATDB_DIR = "~/Library/Messages/Attachments"
 
 REPORT = "quarterly-report.pdf"
+MISSING_PHOTO = "IMG_4021.heic"  # the one attachment whose file the archive leaves out, on purpose
 SOURDOUGH_URL = "https://example.com/sourdough-starter-guide"
 SOURDOUGH_TITLE = "How to keep a sourdough starter alive"
 SOURDOUGH_SUMMARY = "Feed it flour and water every day and keep it warm."
 REPLY_TEXT = "yes, Saturday works for the ski trip"
 VOICE_TRANSCRIPT = "Mix two cups of flour with the starter and let it rest overnight"
+VOICE_SECONDS = 42  # the length its .caf header says (read only with the voice_lengths opt-in)
 
 
 def url_payload(url: str, title: str, summary: str) -> bytes:
@@ -58,6 +60,16 @@ def _file(root: Path, n: int, name: str, mime: str | None, uti: str, size: int, 
             "total_bytes": size, "is_sticker": int(sticker)}
 
 
+def _voice(root: Path, n: int, seconds: float) -> dict[str, Any]:
+    """A voice message's attachment row; its file is a CAF whose header holds ``seconds``."""
+    from brb_pipeline.sources.caf import write_caf
+
+    spec = _file(root, n, "Audio Message.caf", None, "com.apple.coreaudio-format", 0)
+    path = root / spec["filename"][len(CHATDB_DIR) + 1:]
+    write_caf(path, seconds)
+    return {**spec, "total_bytes": path.stat().st_size}
+
+
 def write_rich_messages(b: ChatDbBuilder, root: Path, direct: tuple[int, int, datetime],
                         group: tuple[int, list[int], datetime] | None, reply_to: str,
                         counts: dict[str, int]) -> None:
@@ -78,13 +90,13 @@ def write_rich_messages(b: ChatDbBuilder, root: Path, direct: tuple[int, int, da
     b.add_message(chat, handle, "here is the report \ufffc", ts=t[0],
                   files=[_file(root, 1, REPORT, "application/pdf", "com.adobe.pdf", 1_250_000)])
     b.add_message(chat, 0, "\ufffc", ts=t[1], is_from_me=True,
-                  files=[_file(root, 2, "IMG_4021.heic", "image/heic", "public.heic", 2_400_000, present=False)])
+                  files=[_file(root, 2, MISSING_PHOTO, "image/heic", "public.heic", 2_400_000, present=False)])
     b.add_message(chat, handle, None, ts=t[2],
                   files=[_file(root, 3, "sticker.png", "image/png", "public.png", 48_000, sticker=True)])
     b.add_message(chat, handle, "\ufffc", ts=t[3],
                   columns={"is_audio_message": 1,
                            "attributedBody": encode_attributed_body("\ufffc", transcription=VOICE_TRANSCRIPT)},
-                  files=[_file(root, 4, "Audio Message.caf", None, "com.apple.coreaudio-format", 310_000)])
+                  files=[_voice(root, 4, VOICE_SECONDS)])
     b.add_message(chat, handle, SOURDOUGH_URL, ts=t[4],
                   columns={"balloon_bundle_id": URL_BALLOON,
                            "payload_data": url_payload(SOURDOUGH_URL, SOURDOUGH_TITLE, SOURDOUGH_SUMMARY)})
@@ -114,3 +126,27 @@ def write_rich_messages(b: ChatDbBuilder, root: Path, direct: tuple[int, int, da
         counts["group_events"] += 2
         counts["system_messages"] += 1
     counts["rich_messages"] = kept
+
+
+def write_placeholders(chat_db: Path, root: Path) -> int:
+    """A small placeholder file under ``root`` for every attachment a message of ``chat_db`` points
+    at under ``~/Library/Messages/Attachments`` (the older photos of the generated chats), except
+    :data:`MISSING_PHOTO`: the archive then misses exactly that one file, which the reader counts.
+    Returns the files written."""
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{chat_db}?mode=ro", uri=True)
+    try:
+        names = [r[0] for r in con.execute(
+            "SELECT a.filename FROM attachment a JOIN message_attachment_join j ON j.attachment_id = a.ROWID "
+            "WHERE a.filename LIKE ? AND COALESCE(a.transfer_name, '') != ?", (CHATDB_DIR + "/%", MISSING_PHOTO))]
+    finally:
+        con.close()
+    written = 0
+    for name in names:
+        path = root / name[len(CHATDB_DIR) + 1:]
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(b"demo attachment placeholder\n")
+            written += 1
+    return written

@@ -21,6 +21,7 @@ from typing import Any
 import polars as pl
 
 from brb_pipeline.core import faults, metadata
+from brb_pipeline.core.contacts.people_db import groups_of_handles
 from brb_pipeline.core.crypto import files
 from brb_pipeline.core.store.compact import compact_without
 from brb_pipeline.keys import provider as keys
@@ -73,6 +74,8 @@ def plan_forget(s: Settings, contact_ids: list[str], person_handles: Sequence[st
     shared: list[str] = sorted(set(contacts.filter(
         pl.col("handles").list.eval(pl.element().is_in(handles)).list.any()
         & ~pl.col("contact_id").is_in(contact_ids))["contact_id"].to_list())) if handles else []
+    if handles:  # groups whose events name them (added, removed), though they never wrote there
+        shared = sorted(set(shared) | (set(groups_of_handles(s.brb_db, handles)) - set(contact_ids)))
     if s.paths.messages.exists():
         m = files.scan_parquet(s.paths.messages)
         chat_ids = set(m.filter(pl.col("contact_id").is_in(contact_ids)).select("chat_id").unique()

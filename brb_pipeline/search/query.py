@@ -145,7 +145,10 @@ class Searcher:
         if mode == "lexical":
             return cls(s, embedder=None, resident=resident)
         if load is None:
-            from brb_pipeline.core.embedding.models import load_embedder as load
+            from brb_pipeline.core.embedding.models import load_embedder
+
+            def load(s_: Settings) -> Any:
+                return load_embedder(s_.embedding)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="brb-store") as pool:
             store = pool.submit(_Store.open, s, resident)
             try:

@@ -157,6 +157,7 @@ def read_imessage(
     chunk_rows: int = CHUNK_ROWS,
     timeout_s: float = LOCK_TIMEOUT_S,
     attachments_dir: Path | None = None,
+    voice_lengths: bool = False,
 ) -> ReadResult:
     """Read every message and chat of a chat.db, read-only.
 
@@ -169,6 +170,8 @@ def read_imessage(
         timeout_s: how long to wait on a lock when opening.
         attachments_dir: the folder chat.db's ``~/Library/Messages/Attachments/...`` paths
             resolve against (None: as written); files are only checked to exist, never opened.
+        voice_lengths: read each voice message's length from its ``.caf`` header (opt-in: the
+            one case where an attachment file is opened; ``sources/caf.py``).
 
     Returns:
         ReadResult with ``messages`` (MESSAGE_SCHEMA, ROWID order), ``chats`` (CHAT_SCHEMA) and
@@ -179,7 +182,8 @@ def read_imessage(
         CancelledError.
     """
     with IMessageStream(path, default_region=default_region, cancel=cancel, progress=progress,
-                        chunk_rows=chunk_rows, timeout_s=timeout_s, attachments_dir=attachments_dir) as stream:
+                        chunk_rows=chunk_rows, timeout_s=timeout_s, attachments_dir=attachments_dir,
+                        voice_lengths=voice_lengths) as stream:
         return read_all(stream)
 
 
@@ -198,14 +202,15 @@ class IMessageStream(BlockReader):
     per reaction still standing), not the messages.
 
     Args:
-        path, default_region, cancel, progress, chunk_rows, timeout_s, attachments_dir: as for
-            :func:`read_imessage`.
+        path, default_region, cancel, progress, chunk_rows, timeout_s, attachments_dir,
+            voice_lengths: as for :func:`read_imessage`.
     """
 
     def __init__(self, path: Path, *, chunk_rows: int = CHUNK_ROWS, attachments_dir: Path | None = None,
-                 **options: Any) -> None:
+                 voice_lengths: bool = False, **options: Any) -> None:
         super().__init__(path, chunk_rows=chunk_rows, **options)
         self.attachments_dir = Path(attachments_dir).expanduser() if attachments_dir is not None else None
+        self.voice_lengths = voice_lengths  # opt-in: a voice message's .caf header is read
         self.stats = dict.fromkeys(STAT_KEYS, 0)
         self.chats = pl.DataFrame(schema=CHAT_SCHEMA)
         self._t0 = time.perf_counter()
@@ -255,7 +260,7 @@ class IMessageStream(BlockReader):
         # 1 tapback, 2 edited, 4 retracted, 8 non-text item (rename, member change...).
         atype = f"COALESCE({opt['associated_message_type']}, 0)"
         tap_where = f"({atype} BETWEEN 2000 AND 3999)"  # kinds past 2007/3007: counted in _fold_state
-        self._extras = ExtrasReader(conn, self.attachments_dir, self.handles)
+        self._extras = ExtrasReader(conn, self.attachments_dir, self.handles, voice_lengths=self.voice_lengths)
         flags = (  # 16: a reply, link preview or voice message; with 8, read again by ROWID
             f"({tap_where}) + 2 * (COALESCE({opt['date_edited']}, 0) != 0) "
             f"+ 4 * (COALESCE({opt['date_retracted']}, 0) != 0) + 8 * (COALESCE({opt['item_type']}, 0) != 0) "
@@ -515,10 +520,12 @@ class IMessageStream(BlockReader):
             "text_recovered_from_body": "iMessage - {n:,} messages had text that is not valid UTF-8 (read from attributedBody)",
             "other_invalid_utf8": "iMessage - {n:,} other values (guids, handles, names) were not valid UTF-8 (replaced)",
             "date_invalid": "iMessage - {n:,} messages with a missing or impossible date, kept without a time",
-            "attachments_missing": "iMessage - {n:,} attachments whose file is not in the attachments folder",
             "attachments_unjoined": "iMessage - {n:,} attachment rows no message points at",
             "link_previews_undecodable": "iMessage - {n:,} link previews that could not be read (their URL is kept)",
         })
+        if stats.get("attachments_missing"):  # normal with Messages in iCloud: counted, not a warning
+            log.info("iMessage - %s attachments are not in the attachments folder (offloaded or deleted)",
+                     f"{stats['attachments_missing']:,}")
         log.info(
             "iMessage - read %s rows into %s messages and %s chats in %.2f s",
             f"{stats['messages_read']:,}", f"{stats['messages']:,}", f"{chats.height:,}", time.perf_counter() - self._t0,

@@ -7,7 +7,8 @@ as NULL): ``attachment`` (``filename``, ``mime_type``, ``uti``, ``transfer_name`
 ``payload_data``, ``is_audio_message``). Entries have the shape of
 :data:`brb_pipeline.core.records.EXTRA`.
 
-Attachment files are never opened or copied: a path from chat.db (``~/Library/Messages/
+Attachment files are never opened or copied (one opt-in exception: ``voice_lengths`` reads a voice
+message's ``.caf`` header for its length, ``sources/caf.py``): a path from chat.db (``~/Library/Messages/
 Attachments/ab/01/GUID/name.pdf``) is resolved against the attachments folder the person named
 (so a copied archive works) and only checked to exist (``os.path.exists``, a stat).
 
@@ -26,6 +27,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from brb_pipeline.sources.caf import caf_seconds
 from brb_pipeline.sources.sqlite_ro import table_columns
 from brb_pipeline.sources.typedstream import audio_transcription, decode_attributed_body
 
@@ -46,6 +48,7 @@ STAT_KEYS = (
     "group_events",
     "voice_messages",
     "voice_transcriptions",
+    "voice_lengths_read",
 )
 
 _MESSAGE_OPTIONAL = {
@@ -155,11 +158,15 @@ class ExtrasReader:
         conn: the open, read-only chat.db connection.
         attachments_dir: the folder chat.db's attachment paths resolve against (None: as written).
         handles: handle ROWID -> normalized handle.
+        voice_lengths: read a voice message's length from its ``.caf`` header (opt-in; the only
+            case where an attachment file is opened, and then only its header).
     """
 
-    def __init__(self, conn: sqlite3.Connection, attachments_dir: Path | None, handles: dict[int, str]) -> None:
+    def __init__(self, conn: sqlite3.Connection, attachments_dir: Path | None, handles: dict[int, str], *,
+                 voice_lengths: bool = False) -> None:
         self.dir = attachments_dir
         self.handles = handles
+        self.voice_lengths = voice_lengths
         self.stats = dict.fromkeys(STAT_KEYS, 0)
         mcols = table_columns(conn, "message")
         m = {c: (f"m.{c}" if c in mcols else lit) for c, lit in _MESSAGE_OPTIONAL.items()}
@@ -246,8 +253,20 @@ class ExtrasReader:
                 name = tname or (Path(filename).name if filename else None)
                 out.setdefault(rid, []).append(_entry(kind, name=name, mime=mime or uti, size=int(size or 0),
                                                       path=path, exists=exists,
-                                                      text=audio_rows.get(rid) if kind == "voice" else None))
+                                                      text=audio_rows.get(rid) if kind == "voice" else None,
+                                                      ref=self._length(kind, path, exists)))
         return out, audio_rows
+
+    def _length(self, kind: str, path: str | None, exists: bool) -> str | None:
+        """A voice message's length in whole seconds (the entry's ``ref``), when opted in and its
+        ``.caf`` header tells it; counted as ``voice_lengths_read``."""
+        if kind != "voice" or not self.voice_lengths or not exists or path is None:
+            return None
+        seconds = caf_seconds(path)
+        if seconds is None:
+            return None
+        self.stats["voice_lengths_read"] += 1
+        return str(max(1, round(seconds)))
 
     def _replies(self, conn: sqlite3.Connection, replies: list[tuple[int, str]], out: dict[int, list[dict]]) -> None:
         """A reply entry, first, for each ``(ROWID, thread_originator_guid)``: the answered

@@ -22,7 +22,9 @@ from brb_pipeline.core.errors import SourceError, SourceMissingError
 from brb_pipeline.core.progress import Progress
 from brb_pipeline.core.records import CHAT_SCHEMA, MESSAGE_SCHEMA, UNKNOWN_CONTACT_ID
 from brb_pipeline.core.contacts import people_db
+from brb_pipeline.core.contacts.membership import member_spans, read_membership_events
 from brb_pipeline.core.contacts.people import person_stats
+from brb_pipeline.core.contacts.reactions import person_reactions
 from brb_pipeline.core.contacts.stats import contact_stats
 from brb_pipeline.keys import provider as keys
 from brb_pipeline.core.store import parquet_files
@@ -212,7 +214,8 @@ def _channel_stream(s: Settings, snap: dict[str, Any], channel: str, cancel: Can
     io = snapshot_io(s)
     if channel == "imessage":
         return IMessageStream(Path(snap["chat_db"]), default_region=s.default_region, cancel=cancel, progress=prog,
-                              chunk_rows=_BLOCK_ROWS, io=io, attachments_dir=s.attachments_dir)
+                              chunk_rows=_BLOCK_ROWS, io=io, attachments_dir=s.attachments_dir,
+                              voice_lengths=s.voice_lengths)
     if channel == "whatsapp" and snap.get("whatsapp_db"):
         from brb_pipeline.sources.whatsapp import WhatsAppStream  # opened only when opted in
 
@@ -228,7 +231,7 @@ def _channel_stream(s: Settings, snap: dict[str, Any], channel: str, cancel: Can
 
 #: What contact resolution reads of each message, then what per-contact stats read.
 _RESOLVE_COLUMNS = ["channel", "chat_id", "sender"]
-_STATS_COLUMNS = ["chat_id", "message_id", "is_from_me", "ts", "sender"]  # sender: per-person stats
+_STATS_COLUMNS = ["chat_id", "message_id", "is_from_me", "ts", "sender", "reactions"]  # per-person stats
 #: What a batch fingerprint hashes (see ``core.batching.batch_fingerprints``).
 _FINGERPRINT_COLUMNS = ["batch", "contact_id", "message_id", "ts", "text", "edited", "reactions"]
 _FINGERPRINT_ROWS = 100_000  # messages read at once to fingerprint batches
@@ -258,8 +261,9 @@ def run_contacts(s: Settings) -> dict[str, Any]:
     for w in ab_warnings:
         log.warning("Contacts - %s", w)
     parsed = s.paths.parsed_messages
+    events = read_membership_events(parsed)
     res = resolve_contacts(files.read_parquet(parsed, columns=_RESOLVE_COLUMNS), chats, people,
-                           default_region=s.default_region)
+                           default_region=s.default_region, former=events)
     contact_id = res.messages.get_column("contact_id")  # same file and row order as the stats columns
     chat_contact = res.messages.select("chat_id", "contact_id").unique("chat_id", keep="first", maintain_order=True)
     res.messages = res.messages.clear()  # from here on only its per-chat mapping is needed
@@ -267,8 +271,12 @@ def run_contacts(s: Settings) -> dict[str, Any]:
     stats = contact_stats(stat_rows.with_columns(contact_id))
     del contact_id
     folks = res.people
-    people_db.replace_people(s.brb_db, folks.people.join(
-        person_stats(stat_rows, folks.members, folks.handle_person), on="person_id", how="left"), folks.members)
+    people_db.replace_people(
+        s.brb_db,
+        folks.people.join(person_stats(stat_rows, folks.members, folks.handle_person), on="person_id", how="left")
+        .join(person_reactions(stat_rows, folks.handle_person), on="person_id", how="left"),
+        folks.members.join(member_spans(folks.members, events, stat_rows, folks.handle_person),
+                           on=["chat_id", "person_id"], how="left"))
     del stat_rows
     contacts = res.contacts.join(stats, on="contact_id", how="left")
     contacts = contacts.with_columns(pl.col("messages").fill_null(0))
@@ -292,6 +300,7 @@ def run_contacts(s: Settings) -> dict[str, Any]:
         "name_conflicts": len(res.conflicts),
         "people": folks.people.height,
         "named_people": int((folks.people["name_source"] == "addressbook").sum()),
+        "membership_events": events.height,
         "seconds": round(time.perf_counter() - t0, 3),
         **{f"stat_{k}": v for k, v in res.stats.items() if isinstance(v, (int, float))},
     }

@@ -73,7 +73,8 @@ class People:
 
 
 def resolve_people(messages: pl.DataFrame, chat_contacts: pl.DataFrame, seen: pl.DataFrame,
-                   handle_info: pl.DataFrame, nicknames: dict[int, str]) -> People:
+                   handle_info: pl.DataFrame, nicknames: dict[int, str],
+                   former: pl.DataFrame | None = None) -> People:
     """People from resolution's intermediate frames (see ``resolve.resolve_contacts``).
 
     Args:
@@ -82,6 +83,7 @@ def resolve_people(messages: pl.DataFrame, chat_contacts: pl.DataFrame, seen: pl
         seen: ``handle, person`` (AddressBook group, null when no card) of every seen handle.
         handle_info: AddressBook handles with ``person, person_cid, person_name``.
         nicknames: AddressBook group -> nickname.
+        former: ``chat_id, handle`` named by group events (members once, maybe gone since).
     """
     hp = (
         seen.join(handle_info.select("handle", "person_cid", "person_name"), on="handle", how="left")
@@ -97,6 +99,7 @@ def resolve_people(messages: pl.DataFrame, chat_contacts: pl.DataFrame, seen: pl
     pairs = pl.concat([
         chat_contacts.select("chat_id", pl.col("participants").alias("handle")).explode("handle"),
         messages.select("chat_id", pl.col("sender").alias("handle")),
+        *([former.select("chat_id", pl.col("handle").cast(pl.Utf8))] if former is not None else []),
     ]).drop_nulls().unique().join(chats_used, on="chat_id", how="semi")
     pairs = pairs.join(hp.select("handle", "person_id"), on="handle", how="inner")
     kinds = chat_contacts.select("chat_id", "kind", "contact_id")

@@ -21,11 +21,16 @@ if TYPE_CHECKING:
 
 _PEOPLE_COLUMNS = ("person_id", "display_name", "name_source", "nickname", "handles_json", "channels_json",
                    "messages", "sent", "received", "group_messages", "first_ts", "last_ts",
-                   "avg_response_s_me", "avg_response_s_them")
+                   "avg_response_s_me", "avg_response_s_them", "reactions_sent", "reactions_received",
+                   "reactions_json")
+_MEMBER_COLUMNS = ("chat_id", "person_id", "contact_id", "kind", "joined_ts", "left_ts", "first_ts", "last_ts",
+                   "spans_json")
 
 
 def replace_people(path: Path, people: pl.DataFrame, members: pl.DataFrame) -> None:
-    """Replace both tables: ``people`` is PEOPLE_SCHEMA joined with PERSON_STATS_SCHEMA."""
+    """Replace both tables: ``people`` is PEOPLE_SCHEMA joined with PERSON_STATS_SCHEMA (and
+    ``reactions.REACTION_STATS_SCHEMA`` when counted); ``members`` is MEMBERS_SCHEMA (joined with
+    ``membership.SPANS_SCHEMA`` when known: missing columns are stored empty)."""
     def iso(v: Any) -> str | None:
         return v.isoformat() if v is not None else None
 
@@ -33,16 +38,19 @@ def replace_people(path: Path, people: pl.DataFrame, members: pl.DataFrame) -> N
         (r["person_id"], r["display_name"], r["name_source"], r.get("nickname"), json.dumps(r["handles"] or []),
          json.dumps(r["channels"] or []), r.get("messages") or 0, r.get("sent") or 0, r.get("received") or 0,
          r.get("group_messages") or 0, iso(r.get("first_ts")), iso(r.get("last_ts")),
-         r.get("avg_response_s_me"), r.get("avg_response_s_them"))
+         r.get("avg_response_s_me"), r.get("avg_response_s_them"), r.get("reactions_sent") or 0,
+         r.get("reactions_received") or 0, r.get("reactions_json"))
         for r in people.iter_rows(named=True)
     ]
+    member_rows = [tuple(iso(r.get(k)) if k.endswith("_ts") else r.get(k) for k in _MEMBER_COLUMNS)
+                   for r in members.iter_rows(named=True)]
     marks = ",".join("?" * len(_PEOPLE_COLUMNS))
     with metadata.connect(path) as c:
         c.execute("DELETE FROM people")
         c.execute("DELETE FROM members")
         c.executemany(f"INSERT INTO people ({','.join(_PEOPLE_COLUMNS)}) VALUES ({marks})", rows)
-        c.executemany("INSERT INTO members (chat_id, person_id, contact_id, kind) VALUES (?,?,?,?)",
-                      members.select("chat_id", "person_id", "contact_id", "kind").iter_rows())
+        c.executemany(f"INSERT INTO members ({','.join(_MEMBER_COLUMNS)}) VALUES ({','.join('?' * len(_MEMBER_COLUMNS))})",
+                      member_rows)
 
 
 def has_people(path: Path) -> bool:
@@ -60,13 +68,16 @@ def people_rows(path: Path) -> list[dict[str, Any]]:
         cur = c.execute("SELECT * FROM people ORDER BY messages DESC, person_id")
         cols = [d[0] for d in cur.description]
         data = [dict(zip(cols, r)) for r in cur.fetchall()]
-        convs: dict[str, list[dict[str, str]]] = {}
-        for chat_id, pid, cid, kind in c.execute(
-                "SELECT chat_id, person_id, contact_id, kind FROM members ORDER BY chat_id"):
-            convs.setdefault(pid, []).append({"chat_id": chat_id, "contact_id": cid, "kind": kind})
+        convs: dict[str, list[dict[str, Any]]] = {}
+        for chat_id, pid, cid, kind, joined, left, spans in c.execute(
+                "SELECT chat_id, person_id, contact_id, kind, joined_ts, left_ts, spans_json FROM members "
+                "ORDER BY chat_id"):
+            convs.setdefault(pid, []).append({"chat_id": chat_id, "contact_id": cid, "kind": kind, "joined_ts": joined,
+                                              "left_ts": left, "spans": json.loads(spans) if spans else None})
     for d in data:
         d["handles"] = json.loads(d.pop("handles_json"))
         d["channels"] = json.loads(d.pop("channels_json"))
+        d["reactions"] = json.loads(d.pop("reactions_json") or "{}")
         d["conversations"] = convs.get(d["person_id"], [])
     return data
 
@@ -228,3 +239,43 @@ def partitions_table(path: Path) -> str:
 def _md(text: str) -> str:
     """``text`` safe in one markdown table cell."""
     return " ".join(text.split()).translate(str.maketrans({c: "\\" + c for c in "\\|*_`[]<>#"}))
+
+
+def group_members(path: Path, contact_id: str, since: Any = None, until: Any = None) -> list[dict[str, Any]]:
+    """The people in the chats of ``contact_id`` at some time in ``[since, until)`` (datetimes;
+    None: open on that side), with their ``joined_ts``, ``left_ts`` and ``spans``, by name.
+
+    Membership over time comes from the group events (``membership.py``): someone removed in
+    April is not in May's list; someone added in June is not either. A store ingested before
+    membership was kept has no spans: everyone counts as in throughout."""
+    from brb_pipeline.core.contacts.membership import in_chat_during
+
+    with metadata.connect(path) as c:
+        rows = c.execute(
+            "SELECT p.person_id, p.display_name, p.handles_json, m.chat_id, m.joined_ts, m.left_ts, m.spans_json, "
+            "m.first_ts, m.last_ts FROM members m JOIN people p ON p.person_id = m.person_id "
+            "WHERE m.contact_id = ? ORDER BY p.display_name, p.person_id", (contact_id,)).fetchall()
+    out: dict[str, dict[str, Any]] = {}
+    for pid, name, handles, chat_id, joined, left, spans, first, last in rows:
+        if not in_chat_during(spans, since, until):
+            continue
+        out.setdefault(pid, {"person_id": pid, "name": name, "handles": json.loads(handles), "chat_id": chat_id,
+                             "joined_ts": joined, "left_ts": left, "first_ts": first, "last_ts": last,
+                             "spans": json.loads(spans) if spans else None})
+    return list(out.values())
+
+
+def groups_of_handles(path: Path, handles: Sequence[str]) -> list[str]:
+    """The group conversations (contact ids) any person holding one of ``handles`` is or was a
+    member of: a group whose events name them (added, removed) holds them in its passages even
+    when they never wrote and the chat lists them no more."""
+    wanted = set(handles)
+    if not wanted or not Path(path).exists():
+        return []
+    with metadata.connect(path) as c:
+        pids = [pid for pid, hs in c.execute("SELECT person_id, handles_json FROM people") if wanted & set(json.loads(hs))]
+        if not pids:
+            return []
+        return sorted({r[0] for r in c.execute(
+            f"SELECT DISTINCT contact_id FROM members WHERE kind = 'group' AND person_id IN ({','.join('?' * len(pids))})",
+            pids)})

@@ -221,6 +221,7 @@ def resolve_contacts(
     people: Sequence[Person],
     *,
     default_region: str = DEFAULT_REGION,
+    former: pl.DataFrame | None = None,
 ) -> ContactResolution:
     """Assign every message a contact and name every contact.
 
@@ -229,6 +230,9 @@ def resolve_contacts(
         chats: CHAT_SCHEMA rows of the same channels, shape (n_chats, 5).
         people: AddressBook cards (``read_addressbook(...).people``).
         default_region: ISO region for AddressBook numbers typed without ``+CC``.
+        former: ``chat_id, handle`` of people the group events name (added, removed, left:
+            ``membership.membership_events``); they are members of those chats even when the chat
+            lists them no more and they never wrote.
 
     Returns:
         ContactResolution (see its attributes).
@@ -240,7 +244,7 @@ def resolve_contacts(
         schema={"handle": pl.Utf8, "person": pl.Int64},
     )
     chats = chats.unique("chat_id", keep="first", maintain_order=True)
-    seen = _seen_handles(messages, chats, hmap)
+    seen = _seen_handles(messages, chats, hmap, former)
     handle_info = _handle_info(seen, hmap, person_names)
     chat_contacts = _chat_contacts(chats, handle_info)
     if "contact_id" in messages.columns:  # re-resolving an already resolved frame
@@ -251,7 +255,7 @@ def resolve_contacts(
     chat_contacts = chat_contacts.join(_group_names(chat_contacts, handle_info), on="chat_id", how="left")
     contacts = _contact_rows(out_messages, chat_contacts, seen)
     nicknames = {g: people[g].nickname for g in set(owner.values()) if getattr(people[g], "nickname", None)}
-    folks = resolve_people(out_messages, chat_contacts, seen, handle_info, nicknames)
+    folks = resolve_people(out_messages, chat_contacts, seen, handle_info, nicknames, former)
 
     n_resolved = int(seen.get_column("person").is_not_null().sum())
     stats = {
@@ -273,14 +277,16 @@ def resolve_contacts(
     return ContactResolution(messages=out_messages, contacts=contacts, conflicts=conflicts, stats=stats, people=folks)
 
 
-def _seen_handles(messages: pl.DataFrame, chats: pl.DataFrame, hmap: pl.DataFrame) -> pl.DataFrame:
-    """Every handle seen anywhere (chat participants and message senders), with its AddressBook
-    ``person`` (null when unresolved)."""
+def _seen_handles(messages: pl.DataFrame, chats: pl.DataFrame, hmap: pl.DataFrame,
+                  former: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Every handle seen anywhere (chat participants, message senders, people group events name),
+    with its AddressBook ``person`` (null when unresolved)."""
     return (
         pl.concat(
             [
                 chats.select(pl.col("participants").explode().alias("handle")),
                 messages.select(pl.col("sender").alias("handle")),
+                *([former.select(pl.col("handle").cast(pl.Utf8))] if former is not None else []),
             ]
         )
         .drop_nulls()

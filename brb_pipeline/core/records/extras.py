@@ -1,8 +1,9 @@
 """How a message's extras (:data:`brb_pipeline.core.records.EXTRA`) read in a passage.
 
 ``[attachment: report.pdf, PDF, 1.2 MB]`` (``— caption`` inside when the sender wrote one),
-``[sticker]``, ``[voice message]`` (its transcription, or ``[voice message, 0:42]`` when the
-entry's ``ref`` holds its length in whole seconds), ``[link: title — summary]``, a reply's ``↪ replying to Sam: "first words"``
+``[sticker]``, ``[voice message]`` (``[voice message, 0:42]`` when the entry's ``ref`` holds its
+length in whole seconds, ``[voice message: transcription]`` / ``[voice message, 0:42: ...]``
+with Apple's transcription), ``[link: title — summary]``, a reply's ``↪ replying to Sam: "first words"``
 before the text, and a group event as the whole line: ``Sam renamed the group to Ski trip``.
 Names and kinds are plain words in the passage, so lexical search (BM25) finds a file by its
 name ("report") and its kind ("PDF"). Paths never go into a passage.
@@ -60,12 +61,11 @@ def _tag(e: Mapping) -> str:
     if kind == "sticker":
         return "[sticker]"
     if kind == "voice":
-        if e.get("text"):
-            return f"[voice message: {e['text']}]"
         secs = e.get("ref")
-        if secs and str(secs).isdigit():
-            return f"[voice message, {int(secs) // 60}:{int(secs) % 60:02d}]"
-        return "[voice message]"
+        length = f", {int(secs) // 60}:{int(secs) % 60:02d}" if secs and str(secs).isdigit() else ""
+        if e.get("text"):
+            return f"[voice message{length}: {e['text']}]"
+        return f"[voice message{length}]"
     parts = [p for p in (e.get("name") or "file", kind_word(e.get("mime"), e.get("name")),
                          human_size(e.get("bytes"))) if p]
     caption = f" — {e['text']}" if e.get("text") else ""
