@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from brb_pipeline.core.search.sql import Filters
 from brb_pipeline.config.settings import Settings  # noqa: E402
 
 log = logging.getLogger("brb.bench")
@@ -346,7 +347,7 @@ def floor_samples(searcher: Any, questions: Sequence[Mapping[str, Any]], target_
         tc = target_contact.get(q["id"])
         keep = [c for c in others if c != tc]
         res = search(searcher.con, query_text=q["question"], query_vec=embedder.embed_query(q["question"]),
-                     mode="vector", k=10, contact_ids=keep)
+                     mode="vector", k=10, filters=Filters(contact_ids=keep))
         out.append(res.top_similarity if res.top_similarity is not None else -1.0)
     return out
 

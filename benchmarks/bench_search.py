@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_writes import chitchat_chunks  # noqa: E402
 
+from brb_pipeline.core.search.sql import Filters
 from brb_pipeline.core.store import duck  # noqa: E402
 from brb_pipeline.core.store import index
 from brb_pipeline.core.store import chunks as store
@@ -97,7 +98,7 @@ def run_mode(con, queries: list[dict], mode: str, *, filtered: bool = False, ef_
         t0 = time.perf_counter()
         r = search(
             con, query_text=q["text"], query_vec=q["vec"], mode=mode, k=10, ef_search=ef_search,
-            contact_ids=[q["contact"]] if filtered else None, merge=merge, resident=resident,
+            filters=Filters(contact_ids=[q["contact"]] if filtered else None), merge=merge, resident=resident,
         )  # fmt: skip
         times.append((time.perf_counter() - t0) * 1000)
         results.append([h.chunk_id for h in r.hits])

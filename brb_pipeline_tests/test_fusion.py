@@ -9,6 +9,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from brb_pipeline.core.search.sql import Filters
 from brb_pipeline.core.store import duck
 from brb_pipeline.core.store import index
 from brb_pipeline.core.store import chunks as store
@@ -190,9 +191,9 @@ def test_search_merges_chained_windows_and_keeps_other_chats(tmp_path):
 def test_filters_apply_before_merging_and_top_k(tmp_path):
     con, q = _overlapping_store(tmp_path)
     for mode in ("vector", "hybrid"):
-        res = search(con, query_text="weekend", query_vec=q, mode=mode, k=1, contact_ids=["bob"])
+        res = search(con, query_text="weekend", query_vec=q, mode=mode, k=1, filters=Filters(contact_ids=["bob"]))
         assert [h.chat_id for h in res.hits] == ["chat-B"], mode
-        res = search(con, query_text="weekend", query_vec=q, mode=mode, k=5, since=T0 + timedelta(days=1))
+        res = search(con, query_text="weekend", query_vec=q, mode=mode, k=5, filters=Filters(since=T0 + timedelta(days=1)))
         assert [h.chunk_ids for h in res.hits] == [["chat-A:4"]], mode
     con.close()
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from brb_pipeline.core.search.sql import Filters
 from brb_pipeline.core import metadata
 from brb_pipeline.core.embedding.hashing import HashEmbedder
 from brb_pipeline.core.search.hybrid import search
@@ -74,6 +75,8 @@ def _topic_store(path: Path):
 
 
 def _search(con, text, mode="hybrid", **kw):
+    where = {f: kw.pop(f) for f in ("contact_ids", "channel", "since", "until", "chunk_ids") if f in kw}
+    kw["filters"] = Filters(**where)
     return search(con, query_text=text, query_vec=EMB.embed_query(text) if mode != "lexical" else None,
                   mode=mode, k=kw.pop("k", 10), topics=kw.pop("topics", True), **kw)
 

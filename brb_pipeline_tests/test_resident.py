@@ -8,6 +8,7 @@ from datetime import timedelta
 import numpy as np
 import pytest
 
+from brb_pipeline.core.search.sql import Filters
 from brb_pipeline.core.errors import StoreError
 from brb_pipeline.core.search.fusion import Fusion
 from brb_pipeline.core.search.hybrid import search
@@ -60,7 +61,7 @@ def test_resident_answers_exactly_as_sql(tmp_path, mode):
             for fusion in fusions:
                 for merge in (True, False):
                     kw = dict(query_text=text, query_vec=vec if mode != "lexical" else None, mode=mode, k=10,
-                              fusion=fusion, merge=merge, **where)
+                              fusion=fusion, merge=merge, filters=Filters(**where))
                     sql, held = search(con, **kw), search(con, resident=mem, **kw)
                     _same(_hits(held), _hits(sql))
                     assert held.specific == sql.specific and held.merged == sql.merged
@@ -76,15 +77,13 @@ def test_filters_apply_before_top_k_in_memory(tmp_path):
     con, _, _ = _store(tmp_path)
     mem = Resident.load(con)
     # The 12 "far" chunks are the farthest from the query: a filter after a top-n would leave none.
-    res = search(con, query_text="weekend", query_vec=_query(), k=10, contact_ids=["far"], resident=mem)
+    res = search(con, query_text="weekend", query_vec=_query(), k=10, filters=Filters(contact_ids=["far"]), resident=mem)
     assert len(res.hits) == 10 and {h.contact_id for h in res.hits} == {"far"}
-    res = search(con, query_text="", query_vec=_query(), mode="vector", k=50, contact_ids=["near"],
-                 since=T0 + timedelta(hours=5), until=T0 + timedelta(hours=8), merge=False, resident=mem)
+    res = search(con, query_text="", query_vec=_query(), mode="vector", k=50, filters=Filters(contact_ids=["near"], since=T0 + timedelta(hours=5), until=T0 + timedelta(hours=8)), merge=False, resident=mem)
     assert sorted(h.position for h in res.hits) == [5, 6, 7]
-    res = search(con, query_text="", query_vec=_query(), mode="vector", k=50, contact_ids=["near"],
-                 since=T0 + timedelta(hours=5, minutes=20), until=T0 + timedelta(hours=8), merge=False, resident=mem)
+    res = search(con, query_text="", query_vec=_query(), mode="vector", k=50, filters=Filters(contact_ids=["near"], since=T0 + timedelta(hours=5, minutes=20), until=T0 + timedelta(hours=8)), merge=False, resident=mem)
     assert sorted(h.position for h in res.hits) == [5, 6, 7]  # the SQL filter's bounds: end >= since, start < until
-    assert search(con, query_text="x", query_vec=_query(), k=5, channel="whatsapp", resident=mem).hits == []
+    assert search(con, query_text="x", query_vec=_query(), k=5, filters=Filters(channel="whatsapp"), resident=mem).hits == []
     con.close()
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from brb_pipeline.core.search.sql import Filters
 from brb_pipeline.core.store import duck
 from brb_pipeline.core.store import index
 from brb_pipeline.core.store import chunks as store
@@ -92,18 +93,17 @@ def test_filter_applies_before_top_k(tmp_path):
     # All 12 "far" chunks are farther from the query than the 300 "near" ones: a WHERE applied
     # after an HNSW top-50 would return nothing.
     for mode in ("vector", "hybrid"):
-        res = search(con, query_text="weekend", query_vec=_query(), mode=mode, k=10, contact_ids=["far"])
+        res = search(con, query_text="weekend", query_vec=_query(), mode=mode, k=10, filters=Filters(contact_ids=["far"]))
         assert len(res.hits) == 10, mode
         assert {h.contact_id for h in res.hits} == {"far"}
-    res = search(con, query_text="weekend", query_vec=_query(), mode="vector", k=10, contact_ids=["far"])
+    res = search(con, query_text="weekend", query_vec=_query(), mode="vector", k=10, filters=Filters(contact_ids=["far"]))
     assert res.vector_strategy == "exact"
-    lex = search(con, query_text="chunk", query_vec=None, mode="lexical", k=10, contact_ids=["far"])
+    lex = search(con, query_text="chunk", query_vec=None, mode="lexical", k=10, filters=Filters(contact_ids=["far"]))
     assert len(lex.hits) == 10 and {h.contact_id for h in lex.hits} == {"far"}
     # Chunk i spans [T0 + i h, T0 + i h 20 min): overlapping [T0 + 5h, T0 + 8h) -> 5, 6, 7
-    res = search(con, query_text="", query_vec=_query(), mode="vector", k=50, contact_ids=["near"],
-                 since=T0 + timedelta(hours=5), until=T0 + timedelta(hours=8))
+    res = search(con, query_text="", query_vec=_query(), mode="vector", k=50, filters=Filters(contact_ids=["near"], since=T0 + timedelta(hours=5), until=T0 + timedelta(hours=8)))
     assert sorted(h.position for h in res.hits) == [5, 6, 7]
-    assert search(con, query_text="x", query_vec=_query(), k=5, channel="whatsapp").hits == []
+    assert search(con, query_text="x", query_vec=_query(), k=5, filters=Filters(channel="whatsapp")).hits == []
     con.close()
 
 
@@ -115,7 +115,7 @@ def test_channel_and_time_filters_never_use_the_index(tmp_path):
     p = store.write_partition(tmp_path / "st", "batch-003", wa, vecs, "m@1")
     store.load_partitions(con, {"batch-003": p})
     index.build_indexes(con, m=8, ef_construction=64)
-    res = search(con, query_text="", query_vec=_query(), mode="vector", k=5, channel="whatsapp")
+    res = search(con, query_text="", query_vec=_query(), mode="vector", k=5, filters=Filters(channel="whatsapp"))
     assert len(res.hits) == 5 and {h.channel for h in res.hits} == {"whatsapp"}
     for where, params in [("channel = ?", ["whatsapp"]), ("end_ts >= ?", [T0])]:
         sql = vector_sql(DIM, filtered=True, where=where)
@@ -134,7 +134,7 @@ def test_search_after_partition_rerun_has_no_stale_chunk(tmp_path):
         search(con, query_text="sailing", query_vec=_query(), k=5)
     index.build_indexes(con, m=8, ef_construction=64)
     assert search(con, query_text="sailing", query_vec=None, mode="lexical", k=5).hits == []
-    res = search(con, query_text="cooking", query_vec=-_query(), k=20, contact_ids=["far"])
+    res = search(con, query_text="cooking", query_vec=-_query(), k=20, filters=Filters(contact_ids=["far"]))
     assert sorted(h.chunk_id for h in res.hits) == [f"chat-far:{i}" for i in range(4)]
     con.close()
 

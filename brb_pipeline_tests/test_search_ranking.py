@@ -197,15 +197,15 @@ def test_searcher_reads_dates_and_explicit_bounds_win(con, tmp_path, monkeypatch
     s._router = type("R", (), {"route": staticmethod(lambda text: type("X", (), {"contact_ids": [], "query": text,
                                                                                    "matched": []})())})()
     out = s.search("pottery in March 2024", mode="lexical", log=False)  # the store's chunks are in March 2024
-    assert out["routing"]["dates"]["since"].startswith("2024-03-01") and calls[-1]["since"].month == 3
+    assert out["routing"]["dates"]["since"].startswith("2024-03-01") and calls[-1]["filters"].since.month == 3
     assert out["query"] == "pottery in March 2024" and calls[-1]["query_text"] == "pottery in March 2024"
     out = s.search("pottery in May 2023", mode="lexical", log=False)  # nothing then: said, not applied
-    assert out["routing"]["dates"]["applied"] is False and calls[-1]["since"] is None
+    assert out["routing"]["dates"]["applied"] is False and calls[-1]["filters"].since is None
     mine = datetime(2020, 1, 1, tzinfo=UTC)
     out = s.search("pottery in May 2023", mode="lexical", log=False, since=mine)
-    assert "dates" not in out["routing"] and calls[-1]["since"] == mine and calls[-1]["until"] is None
+    assert "dates" not in out["routing"] and calls[-1]["filters"].since == mine and calls[-1]["filters"].until is None
     out = s.search("pottery before the wedding", mode="lexical", log=False)
-    assert out["routing"]["dates"]["resolved"] is False and calls[-1]["since"] is None
+    assert out["routing"]["dates"]["resolved"] is False and calls[-1]["filters"].since is None
     out = s.search("pottery class", mode="lexical", log=False)
     assert "dates" not in out["routing"] and calls[-1]["query_text"] == "pottery class"
 

@@ -31,7 +31,7 @@ from brb_pipeline.core.contacts.routing import ContactRef, Router
 from brb_pipeline.core.contacts.speakers import passage_lines
 from brb_pipeline.core.search.hybrid import neighbours, search
 from brb_pipeline.core.search.log import log_search
-from brb_pipeline.core.search.sql import filters
+from brb_pipeline.core.search.sql import Filters
 from brb_pipeline.core.search.profiles import is_commitment_question, read_profile
 from brb_pipeline.core.store.index import fts_present
 from brb_pipeline.config.settings import Settings
@@ -234,10 +234,10 @@ class Searcher:
         # in a group chat the filter no longer says who said what, and "Priya" in a line still counts.
         res = search(self.con, query_text=text, query_vec=vec, mode=mode, k=k, fusion=fusion or fusion_of(s),
                      lexical_text=query if text != query else None,
-                     contact_ids=contact_ids or None, channel=channel, since=since, until=until,
+                     filters=Filters(contact_ids or None, channel, since, until, chunk_ids),
                      ef_search=s.hnsw_ef_search, merge=merge, diversity=diversity,
                      min_similarity=s.search_min_similarity or None, region=s.default_region, topics=True,
-                     resident=self.resident, chunk_ids=chunk_ids)
+                     resident=self.resident)
         res.timings_ms["embed"] = embed_ms  # the query embedding, apart from search's own total
         hits = [self._topic_hit(h) if h.kind == "topic" else self._hit(h, context) for h in res.hits]
         profile = self._commitments(contact_ids[0]) if contact_ids and is_commitment_question(query) else None
@@ -259,9 +259,9 @@ class Searcher:
     def _any_chunk(self, since: datetime | None, until: datetime | None, contact_ids: list[str] | None) -> bool:
         """Whether any chunk (of these contacts) overlaps ``[since, until)``."""
         if self.resident is not None:
-            keep = self.resident.mask(contact_ids, None, since, until)
+            keep = self.resident.mask(Filters(contact_ids, None, since, until))
             return keep is None or bool(keep.any())
-        where, params = filters(contact_ids, None, since, until)
+        where, params = Filters(contact_ids, None, since, until).sql()
         return bool(self.con.execute(f"SELECT EXISTS (SELECT 1 FROM chunks WHERE {where})", params).fetchone()[0])
 
     def _filters(self, query: str, contacts: list[str] | None, senders: list[str] | None, route: bool

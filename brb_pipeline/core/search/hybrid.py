@@ -25,7 +25,7 @@ from brb_pipeline.core import DEFAULT_REGION
 from brb_pipeline.core.errors import StoreError
 from brb_pipeline.core.search.fusion import (Fusion, Span, fuse, is_specific, merge_lines, merge_overlapping, mmr_order,
                                       phrase_first, quoted_phrases, specific_terms)
-from brb_pipeline.core.search.sql import filters, lexical_sql, store_state, term_stats_sql, topic_filters, vector_sql
+from brb_pipeline.core.search.sql import Filters, lexical_sql, store_state, term_stats_sql, vector_sql
 from brb_pipeline.core.search.topics import TopicHit, interleave, joint, split, topic_candidates, topic_hits
 from brb_pipeline.core.store.index import REBUILD_HINT, fts_query_text
 
@@ -136,10 +136,7 @@ def search(
     mode: str = "hybrid",
     k: int = 10,
     fusion: Fusion | None = None,
-    contact_ids: Sequence[str] | None = None,
-    channel: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
+    filters: Filters = Filters(),
     ef_search: int = IndexParams.ef_search,
     candidates: int = 50,
     merge: bool = True,
@@ -150,7 +147,6 @@ def search(
     topics: bool = False,
     resident: Resident | None = None,
     lexical_text: str | None = None,
-    chunk_ids: Sequence[str] | None = None,
 ) -> SearchResult:
     """Search the chunk store (and with ``topics`` the topic summaries, see :mod:`.topics`).
 
@@ -161,9 +157,7 @@ def search(
         mode: ``hybrid`` (both lists fused), ``vector`` or ``lexical``.
         k: hits returned.
         fusion: how hybrid combines its lists (default :class:`Fusion`'s defaults).
-        contact_ids, channel, since, until, chunk_ids: filters, applied before any top-n (no topics
-            with ``chunk_ids``, e.g. the passages a person speaks in); ``since``/``until``
-            keep chunks overlapping ``[since, until)`` (naive datetimes are UTC).
+        filters: what to keep (:class:`~.sql.Filters`), applied before any top-n.
         ef_search: HNSW search breadth (``hnsw_ef_search``).
         candidates: depth of each candidate list (at least ``2 * k`` when merging).
         merge: fold hits whose windows overlap in one conversation into one hit.
@@ -186,18 +180,19 @@ def search(
     """
     _check_options(mode, diversity)
     t_start, fusion = time.perf_counter(), fusion or Fusion()
-    q = _prepare(con, mode, query_text, query_vec, k, candidates, merge, ef_search, filters(contact_ids, channel, since,
-                 until, chunk_ids), region, resident.state if resident else None, lexical_text)
+    q = _prepare(con, mode, query_text, query_vec, k, candidates, merge, ef_search, filters.sql(), region,
+                 resident.state if resident else None, lexical_text)
     result = SearchResult(query=query_text, mode=mode)
     if q.use_vec:
         result.vector_strategy = "memory" if resident is not None else q.vector_strategy
     vec_rows, lex_rows, term_stats, result.lexical_coverage = (
-        _resident_candidates(con, resident, q, resident.mask(contact_ids, channel, since, until, chunk_ids), result.timings_ms)
+        _resident_candidates(con, resident, q, resident.mask(filters), result.timings_ms)
         if resident is not None else _candidates(con, q, parallel, result.timings_ms))
     result.vector_candidates, result.lexical_candidates = len(vec_rows), len(lex_rows)
     if term_stats is not None:
         result.specific = is_specific(q.lexical_text, term_stats[0], term_stats[1], fusion.rare_df_share)
-    tv, tl = topic_candidates(con, q, topic_filters(contact_ids, channel, since, until)) if topics and chunk_ids is None else ([], [])
+    tv, tl = (topic_candidates(con, q, filters.topic_sql()) if topics and filters.chunk_ids is None
+              else ([], []))
     (fused, fused_topics), result.timings_ms["fuse"] = _timed(_ranked, _Rows(con, resident), q, result, fusion,
                                                               joint(vec_rows, tv), joint(lex_rows, tl))
     (result.hits, result.merged), result.timings_ms["fetch"] = _timed(

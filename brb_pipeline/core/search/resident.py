@@ -26,7 +26,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from brb_pipeline.core.search.sql import store_state
+from brb_pipeline.core.search.sql import Filters, store_state
 from brb_pipeline.core.errors import StoreError
 from brb_pipeline.core.store.index import FTS_PARAMS, FTS_SCHEMA, REBUILD_HINT
 
@@ -165,9 +165,10 @@ class Resident:
     def __len__(self) -> int:
         return len(self.ids)
 
-    def mask(self, contact_ids: Sequence[str] | None, channel: str | None, since: datetime | None,
-             until: datetime | None, chunk_ids: Sequence[str] | None = None) -> np.ndarray | None:
-        """The rows :func:`.sql.filters` keeps (None: no filter)."""
+    def mask(self, filters: Filters) -> np.ndarray | None:
+        """The rows ``filters.sql()`` keeps (None: no filter)."""
+        contact_ids, channel, since, until, chunk_ids = (filters.contact_ids, filters.channel, filters.since,
+                                                         filters.until, filters.chunk_ids)
         keep = None
         if chunk_ids is not None:
             keep = np.zeros(len(self.ids), dtype=bool)

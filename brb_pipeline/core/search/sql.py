@@ -19,6 +19,8 @@ Query forms (``benchmarks/bench_search.py`` measures them):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from collections.abc import Sequence
 from datetime import datetime, timezone
 
@@ -29,6 +31,27 @@ from brb_pipeline.core.store.index import FTS_PARAMS, FTS_SCHEMA, HNSW_INDEX
 
 def _utc(ts: datetime) -> datetime:
     return ts.replace(tzinfo=timezone.utc) if ts.tzinfo is None else ts.astimezone(timezone.utc)
+
+
+@dataclass(frozen=True)
+class Filters:
+    """What a search keeps, applied before any top-n: chunks of these contacts, of this channel,
+    overlapping ``[since, until)`` (naive datetimes are UTC), or only these chunks (``chunk_ids``,
+    e.g. the passages a person speaks in; no topics then)."""
+
+    contact_ids: Sequence[str] | None = None
+    channel: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    chunk_ids: Sequence[str] | None = None
+
+    def sql(self) -> tuple[str, list]:
+        """:func:`filters` of these."""
+        return filters(self.contact_ids, self.channel, self.since, self.until, self.chunk_ids)
+
+    def topic_sql(self) -> tuple[str, list] | None:
+        """:func:`topic_filters` of these (None: no topic is wanted)."""
+        return topic_filters(self.contact_ids, self.channel, self.since, self.until)
 
 
 def filters(
