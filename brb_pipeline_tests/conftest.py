@@ -1,17 +1,22 @@
-"""Shared fixtures. Keep this small: each fixture builds real SQLite files in tmp dirs.
+"""Shared fixtures. Keep this small: each fixture builds real files in tmp dirs. What test modules
+share beyond fixtures lives in ``helpers/`` (no test module imports another).
 
 * ``make_chatdb(name="chat.db", **kwargs)`` -> a :class:`ChatDbBuilder` writing
   ``tmp_path/name`` (kwargs: ``legacy``, ``date_unit``, ``wal``, ``bulk``...). Call ``.close()``.
-* ``T0``: a fixed tz-aware UTC datetime to build messages around.
 * ``demo_archive_small`` (session scope): a 600-message demo archive with WhatsApp
   (:class:`brb_pipeline.demo.generate.DemoArchive`), built once per test session (~2 s).
   Treat it as read-only: other tests share it.
+* ``template_homes`` (session scope): ingested homes built once per session (per variant, under a
+  file lock shared by pytest-xdist workers); a test or module takes its own copy
+  (:mod:`brb_pipeline_tests.helpers.homes`).
+
+Slow tests carry ``@pytest.mark.slow`` (module-level ``pytestmark``); ``make test-fast`` runs
+``-m "not slow"``. Markers are registered in ``pyproject.toml`` and checked (``--strict-markers``).
 """
 
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime
 
 import pytest
 
@@ -21,23 +26,10 @@ keys.install()  # the test session is an entry point: encrypted homes' files ope
 
 from brb_pipeline.demo.chatdb_writer import ChatDbBuilder
 
-T0 = datetime(2024, 3, 1, 12, 0, 0, tzinfo=UTC)
-
 # Homes made by tests (and by the `brb` processes they start, which inherit this) are plaintext
 # unless a test asks for encryption (``monkeypatch.setenv("BRB_ENCRYPTION", "1")``): most tests
 # read the stores' files directly. The test_encryption*.py files cover encrypted homes.
 os.environ["BRB_ENCRYPTION"] = "0"
-
-
-# Whole modules that take minutes: the kill -9 harness, the fault suite, the browser, the
-# end-to-end benchmark's own test. `make test` runs them; `make test-fast` leaves them out.
-SLOW_MODULES = frozenset({"test_crash_safety.py", "test_faults.py", "test_ui_browser.py", "test_bench_e2e.py"})
-
-
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if item.path.name in SLOW_MODULES:
-            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture

@@ -37,7 +37,7 @@ def test_source_sensor_watches_mail_only_when_it_is_on(tmp_path, monkeypatch, ma
     from brb_pipeline.demo.mail_writer import OWNER, MailRecord, rfc822, write_mail_store
     from brb_pipeline.config.settings import Settings
 
-    from .conftest import T0
+    from brb_pipeline_tests.helpers import T0
 
     ana = ("Ana", "ana@example.org")
     index = write_mail_store(tmp_path / "Mail", [MailRecord(1, "INBOX", ana, [OWNER], "Hi", T0,

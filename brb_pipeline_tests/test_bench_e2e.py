@@ -18,6 +18,8 @@ from brb_pipeline.core import metadata  # noqa: E402
 from brb_pipeline.core.progress import STAGES  # noqa: E402
 from brb_pipeline.config.settings import Settings  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def result(tmp_path_factory):

@@ -97,7 +97,7 @@ def test_brb_demo_with_a_larger_mailbox_ingests(tmp_path):
     """`brb demo --mail-messages N` (implies --mail): more mail than iMessage, one run, exit 0."""
     import json
 
-    from brb_pipeline_tests.test_cli import cli
+    from brb_pipeline_tests.helpers.cli import cli
 
     r = cli("demo", "--messages", "200", "--mail-messages", "400", "--progress", "none", "--no-encryption",
             home=tmp_path / "demo")

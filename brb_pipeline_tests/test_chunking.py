@@ -13,7 +13,7 @@ from brb_pipeline.core.chunking import (
     split_graphemes,
     window_bounds,
 )
-from brb_pipeline_tests.frames import message_frame
+from brb_pipeline_tests.helpers.frames import message_frame
 
 T0 = datetime(2024, 3, 1, 9, 0, tzinfo=timezone.utc)
 

@@ -7,45 +7,17 @@ the command line, errors, progress and cancellation, not the model.
 """
 
 import json
-import os
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 
-from brb_pipeline.cli.app import main
 from brb_pipeline.demo.generate import build_demo_archive
-
-CLI_ENV = {"BRB_EMBEDDING_MODEL": "hash", "BRB_HDBSCAN_MIN_CLUSTER_SIZE": "8"}
-ENV = {**os.environ, **CLI_ENV, "PYTHONUNBUFFERED": "1"}
-
-
-def brb(*args, home: Path, timeout=300, env=None, **kw) -> subprocess.CompletedProcess:
-    """``brb ARGS --home HOME`` in its own process."""
-    return subprocess.run([sys.executable, "-m", "brb_pipeline.cli", *args, "--home", str(home)],
-                          capture_output=True, text=True, timeout=timeout, env=env or ENV, stdin=subprocess.DEVNULL, **kw)
-
-
-def cli(*args, home: Path, input: str | None = None) -> Result:
-    """``brb ARGS --home HOME`` in this process; stdout and stderr apart."""
-    had_pandas = "pandas" in sys.modules
-    try:
-        return CliRunner().invoke(main, [*map(str, args), "--home", str(home)], env=CLI_ENV, prog_name="brb",
-                                  input=input, catch_exceptions=False)
-    finally:
-        if not had_pandas and sys.modules.get("pandas", False) is None:
-            del sys.modules["pandas"]  # `brb search` hides pandas from its own process only
-
-
-def status_json(home: Path) -> dict:
-    r = cli("status", "--json", home=home)
-    assert r.exit_code == 0, r.stderr
-    return json.loads(r.stdout)
+from brb_pipeline_tests.helpers.cli import ENV, brb, cli, status_json
 
 
 @pytest.fixture(scope="module")

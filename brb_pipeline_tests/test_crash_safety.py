@@ -33,7 +33,9 @@ from brb_pipeline.core.store import duck
 from brb_pipeline.core.embedding.models import HashEmbedder
 from brb_pipeline.demo.chatdb_writer import _register_trigger_functions
 from brb_pipeline.demo.generate import build_demo_archive
-from brb_pipeline_tests.homes import copy_home
+from brb_pipeline_tests.helpers.homes import copy_home
+
+pytestmark = pytest.mark.slow
 
 ENV = {**os.environ, "BRB_EMBEDDING_MODEL": "hash", "BRB_HDBSCAN_MIN_CLUSTER_SIZE": "8", "PYTHONUNBUFFERED": "1"}
 ENV.pop("BRB_FAULT", None)

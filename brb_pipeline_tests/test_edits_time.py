@@ -15,8 +15,8 @@ from brb_pipeline.core.errors import SettingsError
 from brb_pipeline.demo.chatdb_writer import apple_time
 from brb_pipeline.sources.imessage import read_imessage
 from brb_pipeline.sources.imessage_rows import edit_history
-from brb_pipeline_tests.conftest import T0
-from brb_pipeline_tests.frames import message_frame
+from brb_pipeline_tests.helpers import T0
+from brb_pipeline_tests.helpers.frames import message_frame
 
 # (raw message.date or None for NULL, why it is not a real send time)
 BAD_DATES = [
@@ -89,7 +89,7 @@ def test_chat_with_no_date_at_all():
 def test_ingest_with_null_dates_runs_end_to_end(tmp_path):
     from brb_pipeline.core.store import duck
     from brb_pipeline.demo.chatdb_writer import ChatDbBuilder
-    from brb_pipeline_tests.test_cli import brb
+    from brb_pipeline_tests.helpers.cli import brb
 
     (tmp_path / "src").mkdir()
     b = ChatDbBuilder(tmp_path / "src" / "chat.db")

@@ -21,9 +21,9 @@ import pytest
 
 from brb_pipeline.core.faults import REKEY_POINTS
 from brb_pipeline.demo.generate import build_demo_archive
-from brb_pipeline_tests.bytescan import scan, summary
-from brb_pipeline_tests.test_cli import ENV, brb
-from brb_pipeline_tests.test_forget_bytes import _needles, _pick_person
+from brb_pipeline_tests.helpers.bytescan import scan, summary
+from brb_pipeline_tests.helpers.cli import ENV, brb
+from brb_pipeline_tests.helpers.forget import needles as _needles, pick_person as _pick_person
 
 
 def _ingest(archive, home: Path, env: dict, *extra: str):
@@ -115,7 +115,7 @@ def test_no_encryption_is_refused_for_an_encrypted_home(world):
 @pytest.fixture
 def home(world, tmp_path):
     """A copy of the encrypted home and of its key dir, for tests that change them."""
-    from brb_pipeline_tests.homes import copy_home
+    from brb_pipeline_tests.helpers.homes import copy_home
 
     dst = copy_home(world["enc"], tmp_path / "home")
     keydir = shutil.copytree(world["keydir"], tmp_path / "keys")
@@ -182,7 +182,7 @@ def test_a_rekey_killed_midway_is_finished_by_the_next(world, home, point):
 
 
 def test_forget_and_reingest_on_the_encrypted_home(world, home):
-    from brb_pipeline_tests.test_pipeline import _append_messages
+    from brb_pipeline_tests.helpers.pipeline import append_messages as _append_messages
 
     h, env, person = home["home"], home["env"], world["person"]
     phrase = world["needles"][-4]

@@ -25,7 +25,7 @@ from brb_pipeline.keys import provider as keys
 from brb_pipeline.stages.insights import MAP_WHEN_OPENED
 from brb_pipeline.orchestration.runner import instance_for, run_ingest
 from brb_pipeline.config.settings import Settings
-from brb_pipeline_tests import bytescan
+from brb_pipeline_tests.helpers import bytescan
 
 #: What the scripted model says of every month: a topic whose summary is a distinctive phrase.
 PROMISE = "promised to bring the marzipan zeppelin"

@@ -16,59 +16,20 @@ import numpy as np
 import pytest
 
 from brb_pipeline.core.crypto import files
-from brb_pipeline.core.embedding.hashing import HashEmbedder
 from brb_pipeline.core.errors import EncryptionKeyError, StoreError
 from brb_pipeline.core.search.hybrid import search
 from brb_pipeline.core.store import chunks as store
 from brb_pipeline.core.store import duck, index
 from brb_pipeline.core.store.compact import compact_without
 from brb_pipeline.core.store.topic_index import TOPIC_HNSW, TOPIC_VECTORS, index_topics, topic_index_due
-from brb_pipeline.keys import provider as keys
 from brb_pipeline.stages import store as stages
-from brb_pipeline.config.settings import Settings
-from brb_pipeline_tests.test_memory_search import _add_topics
-from brb_pipeline_tests.test_store import make_chunks
-
-DIM = 384
-EMB = HashEmbedder(DIM)
-TOPICS = ["sailing", "gardening", "jazz", "chess", "baking"]
-
-
-def _home(tmp_path: Path, monkeypatch, name: str, encrypted: bool) -> Settings:
-    """A new home, encrypted (its key in a key file under tmp_path/keys) or plaintext."""
-    monkeypatch.setenv("BRB_ENCRYPTION", "1" if encrypted else "0")
-    monkeypatch.setenv("BRB_KEY_DIR", str(tmp_path / "keys"))
-    s = Settings(home=tmp_path / name, embedding_model=EMB.model_id)
-    assert keys.prepare_home(s)["encrypted"] is encrypted
-    return s
-
-
-def _phrase(contact: str, i: int) -> str:
-    # Random hex defeats DuckDB's string compression, so a plaintext file holds it byte for byte.
-    return "zq" + hashlib.sha256(f"{contact}-{i}".encode()).hexdigest()[:40]
-
-
-def _texts(contact: str, n: int) -> list[str]:
-    return [f"{contact} talks about {TOPICS[i % len(TOPICS)]} on the weekend {_phrase(contact, i)}" for i in range(n)]
-
-
-def _partitions(s: Settings) -> dict[str, Path]:
-    out = {}
-    for batch, contact, n in (("b1", "ana", 40), ("b2", "ben", 24)):
-        texts = _texts(contact, n)
-        out[batch] = store.write_partition(s.staging_dir, batch, make_chunks(batch, contact, n, texts=texts),
-                                           EMB.embed(texts), EMB.model_id)
-    return out
-
-
-def _build(s: Settings) -> None:
-    """The store of :func:`_partitions`, loaded with both indexes built, closed."""
-    con = duck.connect(s.duckdb_path)
-    try:
-        assert store.load_partitions(con, _partitions(s)).inserted == 64
-        index.build_indexes(con, m=8, ef_construction=64)
-    finally:
-        con.close()
+from brb_pipeline_tests.helpers.encrypted_store import EMB
+from brb_pipeline_tests.helpers.encrypted_store import build as _build
+from brb_pipeline_tests.helpers.encrypted_store import home as _home
+from brb_pipeline_tests.helpers.encrypted_store import phrase as _phrase
+from brb_pipeline_tests.helpers.encrypted_store import texts as _texts
+from brb_pipeline_tests.helpers.store import make_chunks
+from brb_pipeline_tests.helpers.topics import add_topics as _add_topics
 
 
 def _found(path: Path, phrases: list[str]) -> list[str]:

@@ -18,8 +18,8 @@ from brb_pipeline.demo.mail_writer import MAIL_FILE
 from brb_pipeline.sources.imessage import read_imessage
 from brb_pipeline.sources.typedstream import audio_transcription, encode_attributed_body
 from brb_pipeline.sources.imessage_extras import group_event, link_preview, resolve_attachment
-from brb_pipeline_tests.bytescan import scan, summary
-from brb_pipeline_tests.test_cli import ENV, brb
+from brb_pipeline_tests.helpers.bytescan import scan, summary
+from brb_pipeline_tests.helpers.cli import ENV, brb
 
 T0 = datetime(2024, 3, 5, 18, 0, tzinfo=timezone.utc)
 A = "~/Library/Messages/Attachments"

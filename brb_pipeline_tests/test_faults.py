@@ -22,8 +22,8 @@ import pytest
 
 from brb_pipeline.demo.chatdb_writer import _register_trigger_functions
 from brb_pipeline.demo.generate import build_demo_archive
-from brb_pipeline_tests.homes import copy_home
-from brb_pipeline_tests.test_cli import ENV, brb
+from brb_pipeline_tests.helpers.homes import copy_home
+from brb_pipeline_tests.helpers.cli import ENV, brb
 
 pytestmark = pytest.mark.slow
 
@@ -288,7 +288,7 @@ def test_a_lock_left_by_a_killed_ingest_is_taken_over(world):
 
 def _person(world) -> tuple[dict, list[str]]:
     """The person to forget in the plain template, and the needles the byte scan looks for."""
-    from brb_pipeline_tests.test_forget_bytes import _needles, _pick_person
+    from brb_pipeline_tests.helpers.forget import needles as _needles, pick_person as _pick_person
 
     if "person" not in world:
         person = _pick_person(template(world, "plain"), world["archive"])
@@ -311,7 +311,7 @@ KILLED_FORGETS = [("forget_journaled", "forget-name"), ("forget_brb_db", "forget
 
 @pytest.mark.parametrize("point, then", KILLED_FORGETS)
 def test_a_killed_forget_is_finished_by_the_next_command(world, point, then):
-    from brb_pipeline_tests.bytescan import scan, summary
+    from brb_pipeline_tests.helpers.bytescan import scan, summary
 
     person, needles = _person(world)
     home = home_copy(world, "plain", f"forget-{point}-{then}")

@@ -10,8 +10,8 @@ from brb_pipeline.core.store import index
 from brb_pipeline.core.store import chunks as store
 from brb_pipeline.core.chunking import ChunkParams, chunk_messages, findable_text
 from brb_pipeline.core.search.hybrid import search
-from brb_pipeline_tests.frames import message_frame
-from brb_pipeline_tests.test_store import make_vectors
+from brb_pipeline_tests.helpers.frames import message_frame
+from brb_pipeline_tests.helpers.store import make_vectors
 
 LONG = " ".join(f"filler{i}" for i in range(600)) + " xylophone"  # ~5,000 chars, the last word past 2,000
 

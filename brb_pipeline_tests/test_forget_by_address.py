@@ -26,8 +26,8 @@ from brb_pipeline.keys.keystore import home_path_id
 from brb_pipeline.orchestration.runner import run_ingest
 from brb_pipeline.config.settings import Settings
 
-from .conftest import T0
-from .test_cli import cli
+from brb_pipeline_tests.helpers import T0
+from brb_pipeline_tests.helpers.cli import cli
 
 ME = ("Me", "me@icloud.com")
 KWAME = ("Kwame Mensah", "kwame.mensah@example.com")

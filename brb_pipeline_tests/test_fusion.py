@@ -18,7 +18,8 @@ from brb_pipeline.core.search.fusion import (Fusion, Span, fuse, is_specific, me
 from brb_pipeline.core.search.hybrid import search
 from brb_pipeline.search.query import fusion_of
 from brb_pipeline.config.settings import Settings
-from brb_pipeline_tests.test_store import DIM, T0, make_chunks, make_vectors
+from brb_pipeline_tests.helpers import T0
+from brb_pipeline_tests.helpers.store import DIM, make_chunks, make_vectors
 
 # ----------------------------------------------------------------------------- fusion
 

@@ -19,7 +19,7 @@ from brb_pipeline.core.errors import (
 from brb_pipeline.core.records import CHAT_SCHEMA, MESSAGE_SCHEMA
 from brb_pipeline.sources.imessage import read_imessage
 from brb_pipeline.sources.imessage_rows import parent_guid
-from brb_pipeline_tests.conftest import T0
+from brb_pipeline_tests.helpers import T0
 
 PHONE = "(555) 010-2233"
 E164 = "+15550102233"

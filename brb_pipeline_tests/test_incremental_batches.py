@@ -28,7 +28,8 @@ from brb_pipeline.privacy.forget import forget_contacts
 from brb_pipeline.stages.store import run_load
 from brb_pipeline.orchestration.runner import run_ingest
 from brb_pipeline.config.settings import Settings
-from brb_pipeline_tests.test_pipeline import CountingEmbedder, _append_messages
+from brb_pipeline_tests.helpers.pipeline import CountingEmbedder
+from brb_pipeline_tests.helpers.pipeline import append_messages as _append_messages
 
 # Small tiers so a demo archive spans several batches: 2 top batches of 1, rest batches of 2.
 TIERS = dict(top_n=2, top_size=1, rest_size=2)

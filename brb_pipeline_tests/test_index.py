@@ -10,7 +10,7 @@ from brb_pipeline.core.store import index
 from brb_pipeline.core.store import chunks as store
 from brb_pipeline.core.errors import StoreError
 from brb_pipeline.core.search.hybrid import lexical_sql, search, vector_sql
-from brb_pipeline_tests.test_store import DIM, make_chunks, make_vectors
+from brb_pipeline_tests.helpers.store import DIM, make_chunks, make_vectors
 
 TEXTS = [
     "call me at +90 532 123 45 67 tomorrow",  # 0 phone with spaces

@@ -30,7 +30,7 @@ from brb_pipeline.core.insights.projection import (
 )
 from brb_pipeline.stages import insights, insights_io
 from brb_pipeline.config.settings import Settings
-from brb_pipeline_tests.test_store import make_chunks
+from brb_pipeline_tests.helpers.store import make_chunks
 
 DIM = 32
 TOPICS = ["hiking trail mountain summit", "pasta recipe garlic tomato", "football match penalty goal",

@@ -292,7 +292,7 @@ def _home_with_map_inputs(home, n: int = 40):
     from brb_pipeline.core.store import duck
     from brb_pipeline.core.store import chunks as store
     from brb_pipeline.config.settings import Settings
-    from brb_pipeline_tests.test_store import make_chunks, make_vectors
+    from brb_pipeline_tests.helpers.store import make_chunks, make_vectors
 
     s = Settings(home=home)
     texts = [f"Me (10:{i:02d}): whole chunk {i} " + " ".join(f"word{i}x{j}" for j in range(60))
@@ -353,6 +353,7 @@ def _browser():
     return webdriver.Chrome(options=opts, service=Service(shutil.which("chromedriver")))
 
 
+@pytest.mark.slow
 def test_html_in_headless_browser_search_filters_and_click_lists(tmp_path):
     driver = _browser()
     try:
@@ -404,6 +405,7 @@ def _click_at(driver, element, x: float, y: float, *, shift_drag_to=None):
      .release().key_up(Keys.SHIFT).perform())
 
 
+@pytest.mark.slow
 def test_html_in_browser_person_time_area_neighbours_and_search_zoom(tmp_path):
     """The explorer's flow: person + month in two gestures, an area's samples, a point's
     neighbours, search that zooms to its matches, chips that undo; nothing is requested."""

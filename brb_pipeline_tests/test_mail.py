@@ -21,7 +21,7 @@ from brb_pipeline.sources.imessage import read_imessage
 from brb_pipeline.sources.mail import locate_envelope_index, read_mail
 from brb_pipeline.sources.mail_body import cut_text, decode_message, emlx_message, html_to_text
 
-from .conftest import T0
+from brb_pipeline_tests.helpers import T0
 
 ME = ("Me", "me@icloud.com")
 DIEGO = ("Diego Ramos", "Diego.Ramos@Example.com")
@@ -307,7 +307,7 @@ def test_a_forgotten_person_is_scrubbed_from_the_mail_snapshot(tmp_path, monkeyp
     the same text, its bodies rewritten without their address or a quote of their mail."""
     from brb_pipeline.core import metadata
     from brb_pipeline.privacy.forgotten import remember
-    from brb_pipeline_tests.bytescan import scan, summary
+    from brb_pipeline_tests.helpers.bytescan import scan, summary
 
     monkeypatch.setenv("BRB_KEY_DIR", str(tmp_path / "keys"))
     quote = "Great!\n\nOn Sat, Diego Ramos <Diego.Ramos@Example.com> wrote:\n> I will bring lemonade"
@@ -348,7 +348,7 @@ def test_a_forgotten_person_is_scrubbed_from_the_mail_snapshot(tmp_path, monkeyp
 
 def test_search_channel_filter_end_to_end(mail_home):
     """`brb search --channel`: mail only gets mail hits, another channel none of them, no filter both."""
-    from brb_pipeline_tests.test_cli import brb
+    from brb_pipeline_tests.helpers.cli import brb
 
     s, _ = mail_home
 

@@ -16,7 +16,7 @@ import pytest
 from brb_pipeline.demo.mail_writer import rfc822
 from brb_pipeline.sources.mail_body import cut_text, decode_message
 
-from .conftest import T0
+from brb_pipeline_tests.helpers import T0
 
 ANA = "Ana Lima <ana@example.org>"
 

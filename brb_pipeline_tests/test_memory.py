@@ -23,7 +23,7 @@ from brb_pipeline.demo.generate import build_demo_archive
 from brb_pipeline.stages.memory import NO_MODEL
 from brb_pipeline.orchestration.runner import instance_for, run_ingest
 from brb_pipeline.config.settings import Settings
-from brb_pipeline_tests.test_labeling import _tiny_model
+from brb_pipeline_tests.helpers.tiny_model import tiny_model as _tiny_model
 
 THREE = ('Sure! [{"label": "Contract decision", "summary": "They agreed to sign the contract.", '
          '"first_message": 1, "last_message": 2}, {"label": "Konser planı", "summary": "Cuma günü konsere '

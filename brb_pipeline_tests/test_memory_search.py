@@ -21,41 +21,19 @@ from brb_pipeline.core.store import duck, index
 from brb_pipeline.core.store.topic_index import TOPIC_VECTORS, index_topics, topic_index_due
 from brb_pipeline.stages.store import run_vector_index
 from brb_pipeline.config.settings import Settings
-from brb_pipeline_tests.test_cli import cli
-from brb_pipeline_tests.test_store import T0, make_chunks, make_vectors
+from brb_pipeline_tests.helpers import T0
+from brb_pipeline_tests.helpers.cli import cli
+from brb_pipeline_tests.helpers.store import make_chunks, make_vectors
+from brb_pipeline_tests.helpers.topics import TOPICS_DDL
+from brb_pipeline_tests.helpers.topics import add_topics as _add_topics
 
 DIM = 384  # the CLI tests' embedder (BRB_EMBEDDING_MODEL=hash)
 MODEL = f"hash-{DIM}"
 EMB = HashEmbedder(DIM)
-TOPICS_DDL = (
-    "CREATE TABLE topics(topic_id VARCHAR PRIMARY KEY, contact_id VARCHAR, batch VARCHAR, month VARCHAR, "
-    "language VARCHAR, label VARCHAR, summary VARCHAR, chat_id VARCHAR, first_ts TIMESTAMPTZ, last_ts TIMESTAMPTZ, "
-    "first_message_id VARCHAR, last_message_id VARCHAR, model_id VARCHAR, prompt_version INTEGER)"
-)
 PROFILES_DDL = (
     "CREATE TABLE profiles(contact_id VARCHAR PRIMARY KEY, relationship VARCHAR, tone VARCHAR, "
     "recurring_topics VARCHAR[], commitments JSON, n_topics INTEGER, model_id VARCHAR, prompt_version INTEGER)"
 )
-# (topic_id, contact, month, label, summary, days after T0 of its first message)
-TOPICS = [
-    ("t-lease", "diego", "2024-03", "Apartment lease",
-     "Diego and I decided to sign the apartment lease contract before the end of March.", 0),
-    ("t-zanzibar", "diego", "2024-04", "Holiday plans",
-     "We planned a diving holiday in Zanzibar for the summer and compared flights.", 40),
-    ("t-concert", "maya", "2024-03", "Concert tickets",
-     "Maya bought two tickets for the jazz concert and asked me to drive.", 5),
-]
-
-
-def _add_topics(con, rows=TOPICS) -> None:
-    con.execute(TOPICS_DDL)
-    for tid, contact, month, label, summary, day in rows:
-        first = T0 + timedelta(days=day)
-        con.execute("INSERT INTO topics VALUES (?, ?, 'b', ?, 'en', ?, ?, ?, ?, ?, ?, ?, 'tiny@1', 1)",
-                    [tid, contact, month, label, summary, f"chat-{contact}", first, first + timedelta(hours=2),
-                     f"{tid}-m1", f"{tid}-m9"])
-
-
 def _chunk_store(path: Path):
     """Chunks of "diego" and "maya" (random vectors, texts about the weekend), both indexes built."""
     p1 = store.write_partition(path.parent / "st", "b1", make_chunks("b1", "diego", 30), make_vectors(30, 1, DIM), MODEL)

@@ -20,8 +20,8 @@ from brb_pipeline.demo.addressbook_writer import PersonRecord, write_addressbook
 from brb_pipeline.demo.chatdb_writer import ChatDbBuilder
 from brb_pipeline.demo.mail_writer import OWNER, MailRecord, rfc822, write_mail_store
 from brb_pipeline.demo.whatsapp_writer import WAChatRecord, WAMessageRecord, write_whatsapp
-from brb_pipeline_tests.bytescan import scan, summary
-from brb_pipeline_tests.test_cli import ENV, brb
+from brb_pipeline_tests.helpers.bytescan import scan, summary
+from brb_pipeline_tests.helpers.cli import ENV, brb
 
 T0 = datetime(2024, 3, 1, 17, 0, tzinfo=timezone.utc)
 
@@ -221,7 +221,7 @@ def test_json_lines_carry_sender_and_handle(world):
 def test_forget_a_group_only_person(world, tmp_path):
     """Nate is only in the book club: his name, handle and lines go from every store; John
     Carter's and the stranger's lines in that group stay searchable."""
-    from brb_pipeline_tests.homes import copy_home
+    from brb_pipeline_tests.helpers.homes import copy_home
 
     home = copy_home(world["home"], tmp_path / "home")
     env = world["env"]
@@ -264,7 +264,7 @@ def test_a_persons_conversations_and_partitions_are_found_by_name(world):
 def test_a_store_made_before_people_exist_says_so_and_still_searches(world, tmp_path):
     """Old brb.db (no people rows): `brb people` and `--from` are one line asking for an ingest;
     search routes by contact as before; status counts 0 people."""
-    from brb_pipeline_tests.homes import copy_home
+    from brb_pipeline_tests.helpers.homes import copy_home
 
     home = copy_home(world["home"], tmp_path / "old")
     con = sqlite3.connect(home / "brb.db")
@@ -362,7 +362,7 @@ def test_an_ambiguous_john_still_finds_the_right_johns_passage(world, query, who
 def test_mcp_names_group_members_and_takes_a_group_only_person_as_from(world):
     """`brb mcp` reads the same people: every group member is named in its lines, and ``from``
     takes a person seen only in groups."""
-    from brb_pipeline_tests.test_mcp import answer, session
+    from brb_pipeline_tests.helpers.mcp import answer, session
 
     _, (by_contact, by_sender) = session(world["home"], world["env"], [
         ("search", {"query": "novel chapter", "contact": "Nate Ortiz", "mode": "lexical"}),

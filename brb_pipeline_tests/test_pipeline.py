@@ -6,7 +6,7 @@ a counting wrapper shows which batches were embedded.
 
 import json
 import sqlite3
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 import dagster as dg
 import polars as pl
@@ -16,36 +16,12 @@ from brb_pipeline.core import metadata
 from brb_pipeline.core.store import duck
 from brb_pipeline.core.embedding.models import HashEmbedder
 from brb_pipeline.core.records import UNKNOWN_CONTACT_ID
-from brb_pipeline.demo.chatdb_writer import _register_trigger_functions, apple_time
 from brb_pipeline.demo.generate import build_demo_archive
 from brb_pipeline.search.query import run_search
 from brb_pipeline.orchestration.runner import run_ingest
 from brb_pipeline.config.settings import Settings
-
-
-class CountingEmbedder(HashEmbedder):
-    """HashEmbedder that records what it embedded (the labels' candidate terms go through it too)."""
-
-    def __init__(self):
-        super().__init__(dim=64)
-        self.calls = 0
-        self.texts = 0
-        self.seen: list[str] = []
-
-    def embed(self, texts):
-        self.calls += 1
-        self.texts += len(texts)
-        self.seen.extend(texts)
-        return super().embed(texts)
-
-    def chunk_texts(self, s) -> int:
-        """How many embedded texts were chunk texts of the store."""
-        con = duck.connect(s.duckdb_path, read_only=True)
-        try:
-            stored = {t for (t,) in con.execute("SELECT embedding_text FROM chunks").fetchall()}
-        finally:
-            con.close()
-        return sum(t in stored for t in self.seen)
+from brb_pipeline_tests.helpers.pipeline import CountingEmbedder
+from brb_pipeline_tests.helpers.pipeline import append_messages as _append_messages
 
 
 def _settings(home, archive, **kw):
@@ -170,23 +146,6 @@ def test_search_finds_and_routes(ingested):
     assert routed["hits"] and all(h["contact_id"] == top["contact_id"] for h in routed["hits"])
     assert first  # the routed query no longer names the contact
     assert top["display_name"] not in routed["routing"]["query"]
-
-
-def _append_messages(chat_db, chat_guid, texts, start):
-    """Append messages to an existing chat in a demo chat.db (as Messages would)."""
-    con = sqlite3.connect(chat_db)
-    _register_trigger_functions(con)
-    chat_rowid, = con.execute("SELECT ROWID FROM chat WHERE guid = ?", (chat_guid,)).fetchone()
-    handle_id, = con.execute("SELECT handle_id FROM chat_handle_join WHERE chat_id = ? LIMIT 1", (chat_rowid,)).fetchone()
-    for i, text in enumerate(texts):
-        ts = apple_time(start + timedelta(minutes=i))
-        cur = con.execute(
-            "INSERT INTO message (guid, text, handle_id, date, is_from_me, service) VALUES (?, ?, ?, ?, ?, 'iMessage')",
-            (f"APPENDED-{chat_guid}-{i}", text, handle_id, ts, i % 2))
-        con.execute("INSERT INTO chat_message_join (chat_id, message_id, message_date) VALUES (?, ?, ?)",
-                    (chat_rowid, cur.lastrowid, ts))
-    con.commit()
-    con.close()
 
 
 def test_incremental_new_messages_reembed_only_their_batch(tmp_path):

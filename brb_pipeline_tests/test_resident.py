@@ -14,9 +14,13 @@ from brb_pipeline.core.search.fusion import Fusion
 from brb_pipeline.core.search.hybrid import search
 from brb_pipeline.core.search.resident import Resident, _by_term, _top
 from brb_pipeline.core.store import duck
-from brb_pipeline_tests.test_encryption_store import EMB, _build, _home
-from brb_pipeline_tests.test_search import _query, _store
-from brb_pipeline_tests.test_store import DIM, T0
+from brb_pipeline_tests.helpers.encrypted_store import EMB
+from brb_pipeline_tests.helpers.encrypted_store import build as _build
+from brb_pipeline_tests.helpers.encrypted_store import home as _home
+from brb_pipeline_tests.helpers.search_store import near_far_store as _store
+from brb_pipeline_tests.helpers.search_store import query_e0 as _query
+from brb_pipeline_tests.helpers import T0
+from brb_pipeline_tests.helpers.store import DIM
 
 FILTERS = [
     {},

@@ -14,8 +14,8 @@ import polars as pl
 import pytest
 
 from brb_pipeline.core.chunking import ChunkParams, chunk_messages
-from brb_pipeline_tests.frames import message_frame
-from brb_pipeline_tests.conftest import T0
+from brb_pipeline_tests.helpers.frames import message_frame
+from brb_pipeline_tests.helpers import T0
 
 ROOT = Path(__file__).resolve().parents[1]
 QDIR = ROOT / "benchmarks" / "questions"

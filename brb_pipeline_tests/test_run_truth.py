@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from brb_pipeline.demo.generate import build_demo_archive
-from brb_pipeline_tests.homes import copy_home
+from brb_pipeline_tests.helpers.homes import copy_home
 
 ENV = {**os.environ, "BRB_EMBEDDING_MODEL": "hash", "BRB_HDBSCAN_MIN_CLUSTER_SIZE": "8", "PYTHONUNBUFFERED": "1"}
 ENV.pop("BRB_FAULT", None)

@@ -17,7 +17,10 @@ from brb_pipeline.core.search.fusion import Fusion, rrf_fuse
 from brb_pipeline.core.search.hybrid import neighbours, search
 from brb_pipeline.core.search.sql import vector_sql
 from brb_pipeline.core.search.log import clear_log, log_search, read_log
-from brb_pipeline_tests.test_store import DIM, T0, make_chunks, make_vectors
+from brb_pipeline_tests.helpers import T0
+from brb_pipeline_tests.helpers.search_store import near_far_store as _store
+from brb_pipeline_tests.helpers.search_store import query_e0 as _query
+from brb_pipeline_tests.helpers.store import DIM, make_chunks
 
 
 @pytest.mark.parametrize(
@@ -46,27 +49,6 @@ def test_rrf_scores():
     fused = dict(rrf_fuse([["a", "b"], ["b"]], k=60))
     assert fused["b"] == pytest.approx(1 / 62 + 1 / 61)
     assert fused["a"] == pytest.approx(1 / 61)
-
-
-def _store(tmp_path, *, near_n=300, far_n=12):
-    """Contact "near" has vectors close to +e0; contact "far" has vectors close to -e0."""
-    near = make_vectors(near_n, 1) * 0.2
-    near[:, 0] += 1.0
-    far = make_vectors(far_n, 2) * 0.2
-    far[:, 0] -= 1.0
-    p1 = store.write_partition(tmp_path / "st", "batch-001", make_chunks("batch-001", "near", near_n), near, "m@1")
-    far_texts = [f"far chunk {i} about sailing" for i in range(far_n)]
-    p2 = store.write_partition(tmp_path / "st", "batch-002", make_chunks("batch-002", "far", far_n, texts=far_texts), far, "m@1")
-    con = duck.connect(tmp_path / "brb.duckdb")
-    store.load_partitions(con, {"batch-001": p1, "batch-002": p2})
-    index.build_indexes(con, m=8, ef_construction=64)
-    return con, near, far
-
-
-def _query():
-    q = np.zeros(DIM, np.float32)
-    q[0] = 1.0
-    return q
 
 
 def test_hybrid_hits_have_both_ranks_and_match_exact_vector_order(tmp_path):

@@ -16,7 +16,7 @@ from brb_pipeline.core.search.hybrid import search
 from brb_pipeline.core.search.resident import Resident
 from brb_pipeline.core.store import chunks as store
 from brb_pipeline.core.store import duck, index
-from brb_pipeline_tests.test_store import make_chunks, make_vectors
+from brb_pipeline_tests.helpers.store import make_chunks, make_vectors
 
 HOLDER = "Hey Sam, great to chat with you again! So much has happened since the fair."
 TEXTS = [

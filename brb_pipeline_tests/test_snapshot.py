@@ -15,7 +15,7 @@ from brb_pipeline.demo.addressbook_writer import PersonRecord, write_addressbook
 from brb_pipeline.demo.chatdb_writer import ChatDbBuilder
 from brb_pipeline.sources.imessage import read_imessage
 from brb_pipeline.sources.snapshot import SNAPSHOT_DIRNAME, source_fingerprint, take_snapshot
-from brb_pipeline_tests.conftest import T0
+from brb_pipeline_tests.helpers import T0
 
 SOURCE_UUID = "0F0E2C7A-1111-4A4A-9C9C-5D5D5D5D5D5D"
 

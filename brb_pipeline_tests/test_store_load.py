@@ -16,7 +16,7 @@ from brb_pipeline.core.errors import StoreError
 from brb_pipeline.core.store.chunks import LoadMemoryError
 from brb_pipeline.stages.store import run_load
 from brb_pipeline.config.settings import Settings
-from brb_pipeline_tests.test_store import write
+from brb_pipeline_tests.helpers.store import write
 
 
 def test_a_failing_later_file_leaves_no_earlier_file_loaded(tmp_path, monkeypatch):

@@ -25,10 +25,10 @@ import pytest
 
 from brb_pipeline.demo.generate import build_demo_archive
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     not (shutil.which("chromium") and shutil.which("chromedriver") and importlib.util.find_spec("selenium")),
     reason="needs chromium, chromedriver and selenium",
-)
+)]
 ENV = {**os.environ, "BRB_EMBEDDING_MODEL": "hash", "BRB_HDBSCAN_MIN_CLUSTER_SIZE": "8", "PYTHONUNBUFFERED": "1"}
 ENV.pop("BRB_FAULT", None)
 

@@ -23,7 +23,7 @@ from brb_pipeline.stages.ingest import PEOPLE_SEPARATOR, people_table
 from brb_pipeline.search.query import run_search
 from brb_pipeline.orchestration.runner import instance_for, run_ingest, wipe_derived_events
 from brb_pipeline.config.settings import Settings
-from brb_pipeline_tests.bytescan import scan, summary
+from brb_pipeline_tests.helpers.bytescan import scan, summary
 
 _CELL = re.compile(r"(?<!\\)\|")
 _PERSON = re.compile(r"^(?P<name>.*) \((?P<n>[\d,]+)\)$")
