@@ -46,3 +46,12 @@ def demo_archive_small(tmp_path_factory):
 
     return build_demo_archive(tmp_path_factory.mktemp("demo_small"), messages=600, seed=7, whatsapp=True)
 
+
+@pytest.fixture(scope="session")
+def template_homes(tmp_path_factory):
+    """The session's ingested template homes: ``template_homes.get(name)`` -> (home, archive), built
+    on first use (:data:`brb_pipeline_tests.helpers.homes.VARIANTS`). Copy a home before using it
+    (``helpers.homes.copy_home``); never change the template or its archive."""
+    from brb_pipeline_tests.helpers.homes import Templates, session_root
+
+    return Templates(session_root(tmp_path_factory))

@@ -16,22 +16,20 @@ import time
 import pytest
 from click.testing import Result
 
-from brb_pipeline.demo.generate import build_demo_archive
 from brb_pipeline_tests.helpers.cli import ENV, brb, cli, status_json
+from brb_pipeline_tests.helpers.homes import copy_home
 
 
 @pytest.fixture(scope="module")
-def archive(tmp_path_factory):
-    return build_demo_archive(tmp_path_factory.mktemp("cli_archive"), messages=700, seed=21)
+def archive(template_homes):
+    """The 700-message demo archive (seed 21) of the session's ``imessage-700`` template home."""
+    return template_homes.get("imessage-700")[1]
 
 
 @pytest.fixture(scope="module")
-def ingested_home(archive, tmp_path_factory):
-    home = tmp_path_factory.mktemp("cli_home")
-    r = cli("ingest", "--chat-db", archive.chat_db, "--addressbook", archive.addressbook_dir, "--progress", "none",
-            home=home)
-    assert r.exit_code == 0, r.stderr[-2000:]
-    return home
+def ingested_home(template_homes, tmp_path_factory):
+    """This module's copy of the ``imessage-700`` home (`brb ingest` of :func:`archive`, insights on)."""
+    return copy_home(template_homes.get("imessage-700")[0], tmp_path_factory.mktemp("cli_home") / "home")
 
 
 def _one_line_error(r):

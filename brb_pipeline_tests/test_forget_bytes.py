@@ -24,18 +24,16 @@ from brb_pipeline_tests.helpers.bytescan import scan, summary
 from brb_pipeline_tests.helpers.cli import ENV, brb
 from brb_pipeline_tests.helpers.forget import needles as _needles
 from brb_pipeline_tests.helpers.forget import pick_person as _pick_person
+from brb_pipeline_tests.helpers.homes import copy_home
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
+def world(tmp_path_factory, template_homes):
     """An ingested home, the person to forget, what to look for, and copies of the stores."""
     root = tmp_path_factory.mktemp("forget_bytes")
-    archive = build_demo_archive(root / "archive", messages=700, seed=21)
+    template, archive = template_homes.get("imessage-700")  # 700 messages, seed 21, `brb ingest`
     env = {**ENV, "BRB_KEY_DIR": str(root / "keys")}
-    home = root / "home"
-    r = brb("ingest", "--chat-db", str(archive.chat_db), "--addressbook", str(archive.addressbook_dir),
-            "--progress", "none", home=home, env=env)
-    assert r.returncode == 0, r.stderr[-2000:]
+    home = copy_home(template, root / "home")
     person = _pick_person(home, archive)
     needles = _needles(archive, person)
     before = root / "before"  # brb.db and brb.duckdb as they were, for the plain-delete checks
