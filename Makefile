@@ -7,12 +7,15 @@ setup:
 demo: setup
 	.venv/bin/brb demo
 
+# Two workers, each taking whole files (--dist loadfile), so that a module's ingested home is built
+# once, not once in each worker; the template homes are shared by both (conftest.py).
 test: setup
-	.venv/bin/python -m pytest -n 2 -q --durations=15
+	.venv/bin/python -m pytest -n 2 --dist loadfile -q --durations=15
 
-# The edit-run loop: everything but the modules marked slow (brb_pipeline_tests/conftest.py).
+# The edit-run loop: everything but the tests marked slow (`pytest.mark.slow`: the kill -9 harness,
+# fault injection, the browser, the end-to-end benchmark), with its 10 slowest tests.
 test-fast: setup
-	.venv/bin/python -m pytest -n 2 -q -m "not slow"
+	.venv/bin/python -m pytest -n 2 --dist loadfile -q -m "not slow" --durations=10
 
 # The self-contained benchmarks at their default sizes (each prints a table and writes JSON under
 # benchmarks/results/). The ones that read an ingested home (bench_retrieval, bench_oneshot,

@@ -20,30 +20,21 @@ from pathlib import Path
 import pytest
 
 from brb_pipeline.core.faults import REKEY_POINTS
-from brb_pipeline.demo.generate import build_demo_archive
 from brb_pipeline_tests.helpers.bytescan import scan, summary
 from brb_pipeline_tests.helpers.cli import ENV, brb
 from brb_pipeline_tests.helpers.forget import needles as _needles, pick_person as _pick_person
 
 
-def _ingest(archive, home: Path, env: dict, *extra: str):
-    r = brb("ingest", "--chat-db", str(archive.chat_db), "--addressbook", str(archive.addressbook_dir),
-            "--whatsapp", str(archive.whatsapp_db), "--mail", str(archive.mail_dir), "--progress", "none",
-            *extra, home=home, env=env, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return r
-
-
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
+def world(tmp_path_factory, template_homes):
+    """Copies of the session's ``all-700`` and ``all-700-enc`` homes: one 700-message archive with
+    WhatsApp and Mail (seed 21) ingested plaintext and encrypted (the key copied into ``keys``)."""
     root = tmp_path_factory.mktemp("encryption")
-    archive = build_demo_archive(root / "archive", messages=700, seed=21, whatsapp=True, mail=True)
     keydir = root / "keys"
     env = {**ENV, "BRB_ENCRYPTION": "1", "BRB_KEY_DIR": str(keydir)}
     env.pop("BRB_KEY", None)
-    plain, enc = root / "plain", root / "enc"
-    _ingest(archive, plain, env, "--no-encryption")
-    _ingest(archive, enc, env)
+    plain, archive = template_homes.copy("all-700", root / "plain")
+    enc, _ = template_homes.copy("all-700-enc", root / "enc", key_dir=keydir)
     person = _pick_person(plain, archive)
     needles = _needles(archive, person)
     return {"root": root, "archive": archive, "env": env, "keydir": keydir, "plain": plain, "enc": enc,

@@ -252,15 +252,9 @@ def test_whatsapp_media_rows_read_as_extras(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def wa_home(tmp_path_factory):
-    root = tmp_path_factory.mktemp("wa-extras")
-    archive = build_demo_archive(root / "archive", messages=600, seed=7, whatsapp=True, mail=True)
-    home = root / "home"
-    r = brb("ingest", "--chat-db", str(archive.chat_db), "--addressbook", str(archive.addressbook_dir),
-            "--whatsapp", str(archive.whatsapp_db), "--mail", str(archive.mail_dir),
-            "--progress", "none", "--no-insights", home=home)
-    assert r.returncode == 0, r.stderr[-2000:]
-    return home, archive
+def wa_home(tmp_path_factory, template_homes):
+    """A copy of the session's ``all-700`` home: the demo archive with WhatsApp and Mail, ingested."""
+    return template_homes.copy("all-700", tmp_path_factory.mktemp("wa-extras") / "home")
 
 
 def test_whatsapp_and_mail_files_are_searchable_in_json_and_forgotten(wa_home):

@@ -14,27 +14,21 @@ from pathlib import Path
 
 import pytest
 
-from brb_pipeline.demo.generate import build_demo_archive
 from brb_pipeline_tests.helpers.cli import ENV, brb
 from brb_pipeline_tests.helpers.mcp import answer, session
 
 QUERY = "horror movie marathon"
 
 
-def _ingest(archive, home: Path, env: dict, *extra: str) -> None:
-    r = brb("ingest", "--chat-db", str(archive.chat_db), "--addressbook", str(archive.addressbook_dir),
-            "--progress", "none", "--no-insights", *extra, home=home, env=env, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-
-
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
+def world(tmp_path_factory, template_homes):
+    """Copies of the session's ``all-700`` and ``all-700-enc`` homes (plaintext and encrypted, the
+    key copied into ``keys``)."""
     root = tmp_path_factory.mktemp("mcp")
-    archive = build_demo_archive(root / "archive", messages=500, seed=21)
     env = {**ENV, "BRB_ENCRYPTION": "1", "BRB_KEY_DIR": str(root / "keys")}
     env.pop("BRB_KEY", None)
-    _ingest(archive, root / "plain", env, "--no-encryption")
-    _ingest(archive, root / "enc", env)
+    template_homes.copy("all-700", root / "plain")
+    template_homes.copy("all-700-enc", root / "enc", key_dir=root / "keys")
     return {"root": root, "env": env, "plain": root / "plain", "enc": root / "enc"}
 
 

@@ -70,6 +70,9 @@ class Variant:
 VARIANTS: dict[str, Variant] = {
     # 700 iMessage messages with insights: the command line, forget and its byte scans
     "imessage-700": Variant(messages=700, seed=21),
+    # the same archive with WhatsApp and Mail, plaintext and encrypted: encryption at rest, MCP
+    "all-700": Variant(messages=700, seed=21, whatsapp=True, mail=True),
+    "all-700-enc": Variant(messages=700, seed=21, whatsapp=True, mail=True, encrypted=True),
 }
 
 
@@ -98,6 +101,15 @@ class Templates:
                 assert r.returncode == 0, r.stderr[-3000:]
                 archive_pickle.write_bytes(pickle.dumps(archive))
             return home, pickle.loads(archive_pickle.read_bytes())
+
+    def copy(self, name: str, dst: Path, key_dir: Path | None = None) -> tuple[Path, DemoArchive]:
+        """A copy of variant ``name``'s home at ``dst`` (and of its key folder at ``key_dir``, for an
+        encrypted variant), and the variant's archive."""
+        home, archive = self.get(name)
+        copy_home(home, dst)
+        if key_dir is not None and self.key_dir(name).exists():
+            shutil.copytree(self.key_dir(name), key_dir, dirs_exist_ok=True)
+        return dst, archive
 
 
 def session_root(tmp_path_factory) -> Path:
