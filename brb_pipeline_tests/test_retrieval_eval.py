@@ -294,6 +294,7 @@ def test_frozen_halves_keep_their_rules_and_match_the_worksheet():
     assert again["dev"] == dev["questions"] and again["test"] == test["questions"]
 
 
+@pytest.mark.slow  # scale: the whole 258,145-message demo archive
 def test_frozen_targets_resolve_in_the_full_demo_archive(tmp_path):
     """Every target anchor lands on exactly one message of the archive the set was made on: the
     generator or the corpus changing under the set fails here instead of scoring silently."""
