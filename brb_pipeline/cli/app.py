@@ -335,7 +335,7 @@ def ui(port, home):
 
     finder = start_finder(s.brb_db, port, default_region=s.default_region)  # names never reach Dagster
     click.echo(f"brb: find a person's partitions by name: {finder.url}", err=True)
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]  # the repository, beside brb_pipeline/ (cli/app.py is two down)
     env = {**os.environ, "DAGSTER_HOME": str(s.dagster_home), "BRB_HOME": str(s.home)}
     from brb_pipeline.orchestration.ui import serve
 
