@@ -11,8 +11,8 @@ import pytest
 
 from brb_pipeline.core.contacts.membership import _spans, in_chat_during, membership_events
 from brb_pipeline.core.contacts.reactions import person_reactions
-from brb_pipeline_tests.bytescan import scan, summary
-from brb_pipeline_tests.test_cli import brb
+from brb_pipeline_tests.helpers.bytescan import scan, summary
+from brb_pipeline_tests.helpers.cli import brb
 
 SAM, KIM, LEE, MAX, PAT = "sam@example.com", "kim@example.com", "lee@example.com", "max@example.com", "pat@example.com"
 
@@ -150,8 +150,8 @@ def test_a_member_who_left_routes_to_the_group(home):
 
 
 def test_the_assistant_person_tool_has_tapbacks_and_group_membership(home):
-    from brb_pipeline_tests.test_cli import ENV
-    from brb_pipeline_tests.test_mcp import answer, session
+    from brb_pipeline_tests.helpers.cli import ENV
+    from brb_pipeline_tests.helpers.mcp import answer, session
 
     _, (kim, pat) = session(home, ENV, [("person", {"name": KIM}), ("person", {"name": PAT})])
     kim, pat = answer(kim), answer(pat)

@@ -29,8 +29,8 @@ from brb_pipeline.keys import provider as keys
 from brb_pipeline.orchestration.runner import instance_for, run_ingest
 from brb_pipeline.config.settings import Settings
 from brb_pipeline.orchestration.finder import Finder, FinderServer
-from brb_pipeline_tests.bytescan import scan, summary
-from brb_pipeline_tests.test_cli import ENV, brb
+from brb_pipeline_tests.helpers.bytescan import scan, summary
+from brb_pipeline_tests.helpers.cli import ENV, brb
 
 
 @pytest.fixture(scope="module")
