@@ -15,6 +15,7 @@ import duckdb
 import numpy as np
 import pytest
 
+from brb_pipeline.core.search.sql import Filters
 from brb_pipeline.core.crypto import files
 from brb_pipeline.core.errors import EncryptionKeyError, StoreError
 from brb_pipeline.core.search.hybrid import search
@@ -114,7 +115,7 @@ def test_search_on_the_encrypted_store_matches_the_plaintext_store(tmp_path, mon
                     assert [h.chunk_id for h in enc.hits] == [h.chunk_id for h in plain.hits]
                 else:
                     assert (enc.vector_strategy, plain.vector_strategy) == ("exact", "hnsw")
-        filtered = _run(cons[True], "jazz", "hybrid", contact_ids=["ben"])
+        filtered = _run(cons[True], "jazz", "hybrid", filters=Filters(contact_ids=["ben"]))
         assert filtered.vector_strategy == "exact" and {h.contact_id for h in filtered.hits} == {"ben"}
         assert _run(cons[True], _phrase("ana", 7), "lexical").hits[0].chunk_id == "chat-ana:7"
         status = index.index_status(cons[True])

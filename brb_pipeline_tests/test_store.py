@@ -247,6 +247,8 @@ def test_load_commits_durably_and_restores_the_checkpoint_threshold(tmp_path):
     loader = textwrap.dedent(
         f"""
         import os, pathlib
+        from brb_pipeline import keys
+        keys.install()  # a script is an entry point
         from brb_pipeline.core.store import duck
         from brb_pipeline.core.store import chunks as store
         con = duck.connect(pathlib.Path({str(path)!r}))
@@ -282,6 +284,8 @@ def test_locked_store_gives_one_line_error(tmp_path):
     holder = textwrap.dedent(
         f"""
         import sys, time
+        from brb_pipeline import keys
+        keys.install()  # a script is an entry point
         from brb_pipeline.core.store import duck
         con = duck.connect(__import__("pathlib").Path({str(path)!r}))
         print("ready", flush=True)
