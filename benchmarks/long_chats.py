@@ -25,7 +25,10 @@ from typing import Any
 from brb_pipeline.demo.addressbook_writer import PersonRecord, write_addressbook
 from brb_pipeline.demo.chatdb_writer import ChatDbBuilder
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "eval" / "long-chats"
+#: ``../shared`` beside the project folder (a git worktree one level further down finds it too).
+SHARED = next((p / "shared" / "eval" / "long-chats" for p in Path(__file__).resolve().parents[1:4]
+               if (p / "shared" / "eval" / "long-chats").is_dir()),
+              Path(__file__).resolve().parents[2] / "shared" / "eval" / "long-chats")
 CONVERSATIONS = ("26", "30")
 CATEGORIES = {1: "multi-hop", 2: "when", 3: "inference", 4: "single-hop"}
 _DIA_RE = re.compile(r"D:?(\d+):0*(\d+)")
