@@ -149,15 +149,3 @@ def test_stable_ids_survive_a_small_data_change():
 def test_stable_ids_table(prev, labels, expected):
     out = stable_cluster_ids(prev, ["a", "b", "c", "d"], np.array(labels))
     assert out.tolist() == expected
-
-
-def test_settings_map_to_keyword_arguments(tmp_path):
-    from brb_pipeline.core.insights.clustering import cluster_kwargs
-    from brb_pipeline.core.insights.projection import projection_kwargs
-    from brb_pipeline.config.settings import Settings
-
-    s = Settings(home=tmp_path, umap_sample=500, merge_threshold=0.8, seed=3)
-    assert projection_kwargs(s) == {"pca_dim": 50, "n_neighbors": 15, "min_dist": 0.05,
-                                    "sample": 500, "seed": 3}
-    assert cluster_kwargs(s) == {"min_cluster_size": 25, "min_samples": 5,
-                                 "merge_threshold": 0.8, "noise_threshold": 0.5, "seed": 3}

@@ -234,7 +234,7 @@ def _in_worker(fn, cancel=None, s: Settings | None = None):
         if getattr(cancel, "urgent", False) or time.monotonic() > deadline:
             reason = f"cancelled ({cancel.reason}) during a step; the previous complete store, indexes and map are intact"
             if s is not None:
-                from brb_pipeline.orchestration.runner import abandon_own_runs
+                from brb_pipeline.orchestration.instance import abandon_own_runs
 
                 with contextlib.suppress(Exception):
                     abandon_own_runs(s, reason)
@@ -314,7 +314,7 @@ def status(as_json, home):
 @home_opt
 def ui(port, home):
     """Open the Dagster UI on this pipeline (every stage can be materialized there)."""
-    from brb_pipeline.orchestration.runner import instance_for
+    from brb_pipeline.orchestration.instance import instance_for
 
     s = _settings(home, write=True)
     instance_for(s)

@@ -46,17 +46,6 @@ class ClusterResult:
     hdbscan_clusters: int = 0
 
 
-def cluster_kwargs(settings: object) -> dict:
-    """Keyword arguments of :func:`cluster` from a ``brb_pipeline.config.settings.Settings``."""
-    return {
-        "min_cluster_size": int(settings.hdbscan_min_cluster_size),  # type: ignore[attr-defined]
-        "min_samples": int(settings.hdbscan_min_samples),  # type: ignore[attr-defined]
-        "merge_threshold": float(settings.merge_threshold),  # type: ignore[attr-defined]
-        "noise_threshold": float(settings.noise_reassign_threshold),  # type: ignore[attr-defined]
-        "seed": int(settings.seed),  # type: ignore[attr-defined]
-    }
-
-
 def cluster(
     xy: np.ndarray,
     embeddings: np.ndarray,

@@ -73,17 +73,6 @@ class Projection:
         return int(self.xy.shape[0])
 
 
-def projection_kwargs(settings: object) -> dict:
-    """Keyword arguments of :func:`project` from a ``brb_pipeline.config.settings.Settings``."""
-    return {
-        "pca_dim": int(settings.pca_dim),  # type: ignore[attr-defined]
-        "n_neighbors": int(settings.umap_neighbors),  # type: ignore[attr-defined]
-        "min_dist": float(settings.umap_min_dist),  # type: ignore[attr-defined]
-        "sample": int(settings.umap_sample),  # type: ignore[attr-defined]
-        "seed": int(settings.seed),  # type: ignore[attr-defined]
-    }
-
-
 def project(
     embeddings: np.ndarray,
     *,
