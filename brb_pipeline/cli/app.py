@@ -318,8 +318,8 @@ def ui(port, home):
 
     s = _settings(home, write=True)
     instance_for(s)
-    click.echo("brb: sensors and the schedule are off unless you turn them on: Dagster UI -> Automation",
-               err=True)
+    click.echo("brb: automation is off (nothing reads your messages in the background) until you turn on "
+               "brb_automation: Dagster UI -> Automation", err=True)
     root = Path(__file__).resolve().parent.parent
     env = {**os.environ, "DAGSTER_HOME": str(s.dagster_home), "BRB_HOME": str(s.home)}
     from brb_pipeline.orchestration.ui import serve
