@@ -320,11 +320,10 @@ def ui(port, home):
     instance_for(s)
     click.echo("brb: automation is off (nothing reads your messages in the background) until you turn on "
                "brb_automation: Dagster UI -> Automation", err=True)
-    root = Path(__file__).resolve().parent.parent
     env = {**os.environ, "DAGSTER_HOME": str(s.dagster_home), "BRB_HOME": str(s.home)}
-    from brb_pipeline.orchestration.ui import serve
+    from brb_pipeline.orchestration.ui import WORKSPACE, serve
 
-    sys.exit(serve(root / "workspace.yaml", port, env))  # the webserver + the daemon, not `dagster dev`
+    sys.exit(serve(WORKSPACE, port, env))  # the webserver + the daemon, not `dagster dev`
 
 
 def _parse_date(value: str | None, name: str):

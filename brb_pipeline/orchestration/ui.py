@@ -17,6 +17,9 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+#: The repository's ``workspace.yaml`` (the one code location, ``orchestration.definitions``).
+WORKSPACE = Path(__file__).resolve().parents[2] / "workspace.yaml"
+
 
 def commands(workspace: Path, port: int, host: str = "127.0.0.1") -> list[list[str]]:
     """The two command lines: the webserver, then the daemon."""
