@@ -151,7 +151,7 @@ def test_a_run_waiting_on_a_dead_runs_slot_is_freed(world):
     waited for it forever. Kill inside the store stage (slot held), then rerun with a bound."""
     import dagster as dg
 
-    from brb_pipeline.orchestration.runner import instance_for
+    from brb_pipeline.orchestration.instance import instance_for
     from brb_pipeline.config.settings import Settings
 
     home = copy_home(world["template"], world["root"] / "slot")

@@ -23,7 +23,8 @@ from brb_pipeline.core.memory.generate import ScriptedGenerator
 from brb_pipeline.demo.generate import build_demo_archive
 from brb_pipeline.keys import provider as keys
 from brb_pipeline.stages.insights import MAP_WHEN_OPENED
-from brb_pipeline.orchestration.runner import instance_for, run_ingest
+from brb_pipeline.orchestration.instance import instance_for
+from brb_pipeline.orchestration.runner import run_ingest
 from brb_pipeline.config.settings import Settings
 from brb_pipeline_tests.helpers import bytescan
 

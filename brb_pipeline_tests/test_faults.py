@@ -263,7 +263,7 @@ def _start_dagster_job(home: Path, env: dict):
 
     code = ("import dagster as dg\n"
             "from brb_pipeline.orchestration.definitions import defs\n"
-            "from brb_pipeline.orchestration.runner import instance_for\n"
+            "from brb_pipeline.orchestration.instance import instance_for\n"
             "from brb_pipeline.config.settings import Settings\n"
             "s = Settings.load()\n"
             "r = defs.get_job_def('ingest_job').execute_in_process(instance=instance_for(s))\n"

@@ -21,7 +21,8 @@ from brb_pipeline.core.memory.topics import TOPIC_SCHEMA, distill, is_glue
 from brb_pipeline.core.store import duck
 from brb_pipeline.demo.generate import build_demo_archive
 from brb_pipeline.stages.memory import NO_MODEL
-from brb_pipeline.orchestration.runner import instance_for, run_ingest
+from brb_pipeline.orchestration.instance import instance_for
+from brb_pipeline.orchestration.runner import run_ingest
 from brb_pipeline.config.settings import Settings
 from brb_pipeline_tests.helpers.tiny_model import tiny_model as _tiny_model
 

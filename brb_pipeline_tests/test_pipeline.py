@@ -216,34 +216,6 @@ def test_delete_all_leaves_nothing(tmp_path):
     assert archive.chat_db.exists()  # the source is never touched
 
 
-def test_sensors(ingested, tmp_path):
-    from brb_pipeline.orchestration import automation
-    from brb_pipeline.orchestration.definitions import defs
-
-    s, archive, *_ = ingested
-    sensor = defs.get_sensor_def("source_change_sensor")
-    with dg.instance_for_test() as instance:
-        import os
-
-        old = os.environ.get("BRB_HOME")
-        os.environ["BRB_HOME"] = str(s.home)
-        try:
-            first = sensor(dg.build_sensor_context(instance=instance))
-            assert isinstance(first, dg.RunRequest)
-            again = sensor(dg.build_sensor_context(instance=instance, cursor=first.run_key))
-            assert isinstance(again, dg.SkipReason)
-            fin = defs.get_sensor_def("finalize_sensor")(dg.build_sensor_context(instance=instance))
-            assert isinstance(fin, dg.SkipReason)  # everything is loaded already
-        finally:
-            if old is None:
-                os.environ.pop("BRB_HOME", None)
-            else:
-                os.environ["BRB_HOME"] = old
-    assert automation.reingest_schedule  # the schedule factory exists
-    sched = defs.get_schedule_def("reingest_schedule")
-    assert sched.default_status == dg.DefaultScheduleStatus.STOPPED
-
-
 def test_unknown_bucket_and_orphans_counted(ingested):
     s, archive, *_ = ingested
     contacts = metadata.read_contacts(s.brb_db)

@@ -1,5 +1,5 @@
 """Finding a person in the Dagster UI: the people table on `contact_batches`, the
-`contact_backfill_job` launched with `contact: "Name"`, the sensors' skip reasons, and `forget`
+`contact_backfill_job` launched with `contact: "Name"`, and `forget`
 taking both out of Dagster's storage again.
 
 One home built by a real ingestion (hash embedder, no insights), then the job run in-process
@@ -17,11 +17,14 @@ from brb_pipeline.orchestration.jobs import contact_backfill_job
 from brb_pipeline.core import metadata
 from brb_pipeline.core.embedding.models import HashEmbedder
 from brb_pipeline.core.errors import BrbError
-from brb_pipeline.orchestration.definitions import changed_batches_sensor, defs, finalize_sensor, resources
+from brb_pipeline.orchestration.definitions import defs
+from brb_pipeline.orchestration.graph import resources
 from brb_pipeline.demo.generate import build_demo_archive
 from brb_pipeline.stages.ingest import PEOPLE_SEPARATOR, people_table
 from brb_pipeline.search.query import run_search
-from brb_pipeline.orchestration.runner import instance_for, run_ingest, wipe_derived_events
+from brb_pipeline.orchestration.history import wipe_derived_events
+from brb_pipeline.orchestration.instance import instance_for
+from brb_pipeline.orchestration.runner import run_ingest
 from brb_pipeline.config.settings import Settings
 from brb_pipeline_tests.helpers.bytescan import scan, summary
 
@@ -159,18 +162,6 @@ def test_a_home_never_ingested_is_one_line_too(tmp_path):
 
     with pytest.raises(BrbError, match=r"^nothing ingested in .*: run `brb ingest` \(or materialize all\) first$"):
         backfill_contact(Settings(home=tmp_path / "empty"), "Ana")
-
-
-def test_sensors_say_why_they_skip(home, tmp_path, monkeypatch):
-    s, _ = home
-    ctx = dg.build_sensor_context(instance=instance_for(s))
-    monkeypatch.setenv("BRB_HOME", str(s.home))
-    # the home is up to date after the ingestion and the backfill
-    assert changed_batches_sensor(ctx).skip_message == "every batch is embedded: nothing to run"
-    assert finalize_sensor(ctx).skip_message == "the store is up to date: every embedded batch is loaded"
-    monkeypatch.setenv("BRB_HOME", str(tmp_path / "nothing"))
-    for sensor in (changed_batches_sensor, finalize_sensor):
-        assert sensor(ctx).skip_message == "nothing ingested yet: run ingest_job (or turn on source_change_sensor)"
 
 
 def test_forget_wipes_the_people_table_and_the_backfill_runs(home):

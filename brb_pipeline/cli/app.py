@@ -245,7 +245,7 @@ def _in_worker(fn, cancel=None, s: Settings | None = None):
         if getattr(cancel, "urgent", False) or time.monotonic() > deadline:
             reason = f"cancelled ({cancel.reason}) during a step; the previous complete store, indexes and map are intact"
             if s is not None:
-                from brb_pipeline.orchestration.runner import abandon_own_runs
+                from brb_pipeline.orchestration.instance import abandon_own_runs
 
                 with contextlib.suppress(Exception):
                     abandon_own_runs(s, reason)
@@ -325,21 +325,20 @@ def status(as_json, home):
 @home_opt
 def ui(port, home):
     """Open the Dagster UI on this pipeline (every stage can be materialized there)."""
-    from brb_pipeline.orchestration.runner import instance_for
+    from brb_pipeline.orchestration.instance import instance_for
 
     s = _settings(home, write=True)
     instance_for(s)
-    click.echo("brb: sensors and the schedule are off unless you turn them on: Dagster UI -> Automation",
-               err=True)
+    click.echo("brb: automation is off (nothing reads your messages in the background) until you turn on "
+               "brb_automation: Dagster UI -> Automation", err=True)
     from brb_pipeline.orchestration.finder import start_finder
 
     finder = start_finder(s.brb_db, port, default_region=s.default_region)  # names never reach Dagster
     click.echo(f"brb: find a person's partitions by name: {finder.url}", err=True)
-    root = Path(__file__).resolve().parents[2]  # the repository, beside brb_pipeline/ (cli/app.py is two down)
     env = {**os.environ, "DAGSTER_HOME": str(s.dagster_home), "BRB_HOME": str(s.home)}
-    from brb_pipeline.orchestration.ui import serve
+    from brb_pipeline.orchestration.ui import WORKSPACE, serve
 
-    sys.exit(serve(root / "workspace.yaml", port, env))  # the webserver + the daemon, not `dagster dev`
+    sys.exit(serve(WORKSPACE, port, env))  # the webserver + the daemon, not `dagster dev`
 
 
 def _parse_date(value: str | None, name: str):

@@ -44,7 +44,7 @@ def rebuild_home(s: Settings, wait: bool) -> None:
 
 
 def wipe_events(s: Settings) -> dict[str, int]:
-    from brb_pipeline.orchestration.runner import wipe_derived_events
+    from brb_pipeline.orchestration.history import wipe_derived_events
 
     return {"dagster_events_wiped": wipe_derived_events(s)}
 

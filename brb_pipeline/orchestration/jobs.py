@@ -1,7 +1,8 @@
-"""Op jobs the Dagster UI launches with a config: ``contact_backfill_job`` re-runs one person.
+"""The jobs the Dagster UI lists: the three asset jobs the headless runner's runs are named after,
+and ``contact_backfill_job``, which re-runs one person.
 
 A Dagster run covers one partition of an asset job, and the person's batch is found only at run
-time, so the job is one op that resolves the name and runs the headless runner, the same code
+time, so the backfill is one op that resolves the name and runs the headless runner, the same code
 path as ``brb ingest --contact NAME``: the ingestion assets, that person's batch (and any batch
 whose content changed), then the store, indexes and map, each as its own run in the instance.
 """
@@ -12,14 +13,22 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from brb_pipeline.orchestration.resources import BrbSettings, Runtime
-from brb_pipeline.orchestration.results import safe_metadata
+from brb_pipeline.config.settings import Settings
 from brb_pipeline.core.errors import BrbError
 from brb_pipeline.core.progress import CancelToken, LoggerSink, Progress
-from brb_pipeline.config.settings import Settings
+from brb_pipeline.orchestration.assets.groups import contact_batches_partitions
+from brb_pipeline.orchestration.graph import BATCH_ASSETS, FINALIZE_ASSETS, INGEST_ASSETS
+from brb_pipeline.orchestration.history import CONTACT_BACKFILL_JOB
+from brb_pipeline.orchestration.resources import BrbSettings, Runtime
+from brb_pipeline.orchestration.results import safe_metadata
+from brb_pipeline.orchestration.runner import run_ingest
 
-#: Jobs whose run config names a person: ``brb forget`` deletes their runs.
-PERSON_JOBS = ("contact_backfill_job",)
+ingest_job = dg.define_asset_job("ingest_job", selection=INGEST_ASSETS,
+                                 description="Snapshot the sources, parse, resolve contacts, register batches.")
+batch_job = dg.define_asset_job("batch_job", selection=BATCH_ASSETS, partitions_def=contact_batches_partitions,
+                                description="Chunk and embed one contact batch, distil its topics and profiles.")
+finalize_job = dg.define_asset_job("finalize_job", selection=FINALIZE_ASSETS,
+                                   description="Load the store, build indexes, redraw the insights map.")
 
 
 class ContactBackfillConfig(dg.Config):
@@ -50,7 +59,6 @@ def backfill_contact(s: Settings, contact: str, *, partitions: list[str] | None 
             neither or both of ``contact`` and ``partitions`` given, or an unknown partition.
     """
     from brb_pipeline.core.contacts.people_db import person_contact_ids
-    from brb_pipeline.orchestration.runner import run_ingest
 
     if not s.brb_db.exists():
         raise BrbError(f"nothing ingested in {s.home}: run `brb ingest` (or materialize all) first")
@@ -106,9 +114,12 @@ def backfill_contact_op(context: dg.OpExecutionContext, config: ContactBackfillC
     }))
 
 
-@dg.job(name="contact_backfill_job",
+@dg.job(name=CONTACT_BACKFILL_JOB,
         description="Re-run one person: config `contact: \"Name\"` (a name, handle or contact id), or "
                     "`partitions: [batch-003]` (no name kept in Dagster: find them with `brb people --partitions` "
                     "or the person finder `brb ui` prints).")
 def contact_backfill_job():
     backfill_contact_op()
+
+
+ALL_JOBS = [ingest_job, batch_job, finalize_job, contact_backfill_job]

@@ -28,7 +28,7 @@ class BrbSettings(dg.ConfigurableResource):
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         """Hold the home's writer lock while a run (or, in the UI's multiprocess runs, a step)
-        uses the home: runs from the UI, sensors and the schedule wait for a CLI ingest and the
+        uses the home: runs from the UI and its automation wait for a CLI ingest and the
         CLI waits for them (re-entrant inside a CLI ingest, which already holds it)."""
         from brb_pipeline.stages.homelock import hold
 

@@ -3,7 +3,7 @@
 ``dagster dev`` is superseded (it warns "Use 'dg dev' instead", and ``dg dev`` needs the
 dagster-dg project layout); what it started is two processes, which this starts directly:
 ``dagster-webserver`` (the UI, on 127.0.0.1 only) and ``dagster-daemon run`` (run queue,
-sensors, schedule), both on the pipeline's ``workspace.yaml`` and the home's ``DAGSTER_HOME``
+the automation sensor), both on the pipeline's ``workspace.yaml`` and the home's ``DAGSTER_HOME``
 (whose ``dagster.yaml`` keeps the run queue limited as before). Ctrl-C or SIGTERM stops both;
 if one of them exits, the other is stopped too.
 """
@@ -16,6 +16,9 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
+
+#: The repository's ``workspace.yaml`` (the one code location, ``orchestration.definitions``).
+WORKSPACE = Path(__file__).resolve().parents[2] / "workspace.yaml"
 
 
 def commands(workspace: Path, port: int, host: str = "127.0.0.1") -> list[list[str]]:

@@ -1,7 +1,7 @@
 """One writer per home: an exclusive ``flock`` on ``<home>/ingest.lock``.
 
 Every run that writes the home's stages holds it: `brb ingest` (and `brb demo`), the Dagster
-runs the UI, its sensors and its schedule start (through the ``brb`` resource every asset
+runs the UI and its automation start (through the ``brb`` resource every asset
 takes, see ``orchestration/resources.py``), `brb reindex` and `brb forget`. A second writer waits for
 the first, saying so once ("another ingest (pid N, started T) is running; waiting, Ctrl-C to
 stop"), or is refused at once (``wait=False``: `brb ingest --no-wait`).

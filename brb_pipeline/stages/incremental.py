@@ -1,13 +1,13 @@
 """What an incremental re-ingestion has left to do, read from brb.db (no Dagster here).
 
-The one place that decides which batches a run chunks and embeds: the headless runner and the
-sensors that chain the three jobs in the Dagster UI (ingest -> changed batches -> finalize) both
-ask :func:`pending_work`; the ``changed`` metadata of ``contact_batches`` is for display only.
+The one place that decides which batches a run chunks and embeds: the headless runner asks
+:func:`pending_work` for its batch runs, and ``contact_batches`` reports the same list to Dagster
+(``batch_content``) so that the UI's automation runs those partitions; the ``changed`` metadata
+of ``contact_batches`` is for display only.
 """
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import polars as pl
@@ -25,13 +25,12 @@ def pending_work(s: Settings, model_id: str | None = None) -> dict[str, Any]:
             to the configured model's.
 
     Returns:
-        ``{"to_embed": [...], "to_load": [...], "state": hash}``: ``to_embed`` batches whose
-        staged embeddings are missing or stale (new or changed content or settings, or reset
-        by :func:`force_batches`); ``to_load`` batches embedded but not yet in the store;
-        ``state`` identifies this situation (a sensor's run key).
+        ``{"to_embed": [...], "to_load": [...]}``: ``to_embed`` batches whose staged
+        embeddings are missing or stale (new or changed content or settings, or reset by
+        :func:`force_batches`); ``to_load`` batches embedded but not yet in the store.
     """
     if not s.brb_db.exists():
-        return {"to_embed": [], "to_load": [], "state": ""}
+        return {"to_embed": [], "to_load": []}
     rows = metadata.all_batches(s.brb_db)
     keys = embed_keys(s, {r["batch"]: r["fingerprint"] for r in rows}, model_id)
     to_embed = sorted(r["batch"] for r in rows
@@ -39,9 +38,7 @@ def pending_work(s: Settings, model_id: str | None = None) -> dict[str, Any]:
                       or not s.paths.partition(r["batch"]).exists())
     to_load = sorted(r["batch"] for r in rows
                      if r["batch"] not in to_embed and r.get("loaded_fingerprint") != r.get("embedded_fingerprint"))
-    state = hashlib.sha1(repr([(r["batch"], r.get("embedded_fingerprint"), r.get("loaded_fingerprint"))
-                               for r in rows]).encode()).hexdigest()[:16]
-    return {"to_embed": to_embed, "to_load": to_load, "state": state}
+    return {"to_embed": to_embed, "to_load": to_load}
 
 
 def force_batches(s: Settings, contact_ids: list[str] | None = None, every: bool = False) -> list[str]:

@@ -3,16 +3,17 @@
 
 import dagster as dg
 
+from brb_pipeline.orchestration.automation import EAGER
 from brb_pipeline.orchestration.assets.groups import PER_BATCH, contact_batches_partitions
-from brb_pipeline.orchestration.assets.ingest import contact_batches
+from brb_pipeline.orchestration.assets.ingest import batch_content
 from brb_pipeline.orchestration.resources import BrbSettings, Runtime
 from brb_pipeline.orchestration.results import materialized
 from brb_pipeline.core import faults
 from brb_pipeline.stages import embed
 
 
-@dg.asset(group_name=PER_BATCH, partitions_def=contact_batches_partitions, deps=[contact_batches],
-          kinds={"polars", "parquet"})
+@dg.asset(group_name=PER_BATCH, partitions_def=contact_batches_partitions, deps=[batch_content],
+          kinds={"polars", "parquet"}, automation_condition=EAGER)
 def batch_chunks(context: dg.AssetExecutionContext, brb: BrbSettings,
                  runtime: dg.ResourceParam[Runtime]) -> dg.MaterializeResult:
     """Overlapping conversation windows for the contacts of one batch."""
@@ -25,7 +26,7 @@ def batch_chunks(context: dg.AssetExecutionContext, brb: BrbSettings,
 
 
 @dg.asset(group_name=PER_BATCH, partitions_def=contact_batches_partitions, deps=[batch_chunks],
-          kinds={"mlx", "parquet"})
+          kinds={"mlx", "parquet"}, automation_condition=EAGER)
 def batch_embeddings(context: dg.AssetExecutionContext, brb: BrbSettings,
                      runtime: dg.ResourceParam[Runtime]) -> dg.MaterializeResult:
     """The batch's chunks embedded with MLX, written to ``staging/chunks/batch=<key>.parquet``."""

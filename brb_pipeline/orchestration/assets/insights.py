@@ -8,6 +8,7 @@ from typing import Any
 
 import dagster as dg
 
+from brb_pipeline.orchestration.automation import EAGER
 from brb_pipeline.orchestration.assets.groups import INSIGHTS
 from brb_pipeline.orchestration.resources import BrbSettings, Runtime
 from brb_pipeline.orchestration.results import materialized
@@ -30,7 +31,7 @@ class LayoutConfig(dg.Config):
     refit: bool = False
 
 
-@dg.asset(group_name=INSIGHTS, deps=[vector_index, text_index], kinds={"sklearn", "umap"})
+@dg.asset(group_name=INSIGHTS, deps=[vector_index, text_index], kinds={"sklearn", "umap"}, automation_condition=EAGER)
 def projection(context: dg.AssetExecutionContext, config: LayoutConfig, brb: BrbSettings,
                runtime: dg.ResourceParam[Runtime]) -> dg.MaterializeResult:
     """PCA (embedding dim -> 50) then UMAP to 2-D and 3-D, seeded; a small change is placed instead."""
@@ -38,7 +39,7 @@ def projection(context: dg.AssetExecutionContext, config: LayoutConfig, brb: Brb
     return materialized(s, _run(context, runtime, insights.run_projection, s, refit=config.refit))
 
 
-@dg.asset(group_name=INSIGHTS, deps=[projection], kinds={"hdbscan"})
+@dg.asset(group_name=INSIGHTS, deps=[projection], kinds={"hdbscan"}, automation_condition=EAGER)
 def clusters(context: dg.AssetExecutionContext, config: LayoutConfig, brb: BrbSettings,
              runtime: dg.ResourceParam[Runtime]) -> dg.MaterializeResult:
     """HDBSCAN on the 2-D layout (similar clusters merged, close noise reassigned, ids stable), or
@@ -47,7 +48,7 @@ def clusters(context: dg.AssetExecutionContext, config: LayoutConfig, brb: BrbSe
     return materialized(s, _run(context, runtime, insights.run_clusters, s, refit=config.refit))
 
 
-@dg.asset(group_name=INSIGHTS, deps=[clusters], kinds={"sklearn"})
+@dg.asset(group_name=INSIGHTS, deps=[clusters], kinds={"sklearn"}, automation_condition=EAGER)
 def cluster_labels(context: dg.AssetExecutionContext, brb: BrbSettings,
                    runtime: dg.ResourceParam[Runtime]) -> dg.MaterializeResult:
     """A short readable label per cluster (c-TF-IDF re-ranked by the embedding model, or mlx-lm
@@ -56,7 +57,7 @@ def cluster_labels(context: dg.AssetExecutionContext, brb: BrbSettings,
     return materialized(s, _run(context, runtime, insights.run_labels, s, embedder=runtime.embedder(s)))
 
 
-@dg.asset(group_name=INSIGHTS, deps=[cluster_labels], kinds={"plotly"})
+@dg.asset(group_name=INSIGHTS, deps=[cluster_labels], kinds={"plotly"}, automation_condition=EAGER)
 def insights_map(context: dg.AssetExecutionContext, brb: BrbSettings,
                  runtime: dg.ResourceParam[Runtime]) -> dg.MaterializeResult:
     """The interactive conversation map (2-D and 3-D HTML) and its PNG preview (an encrypted home

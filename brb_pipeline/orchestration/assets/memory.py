@@ -4,6 +4,7 @@
 import dagster as dg
 
 from brb_pipeline.orchestration.assets.batches import batch_chunks
+from brb_pipeline.orchestration.automation import EAGER
 from brb_pipeline.orchestration.assets.groups import PER_BATCH, contact_batches_partitions
 from brb_pipeline.orchestration.resources import BrbSettings, Runtime
 from brb_pipeline.orchestration.results import materialized
@@ -11,7 +12,7 @@ from brb_pipeline.stages import memory
 
 
 @dg.asset(group_name=PER_BATCH, partitions_def=contact_batches_partitions, deps=[batch_chunks],
-          kinds={"mlx", "parquet"})
+          kinds={"mlx", "parquet"}, automation_condition=EAGER)
 def batch_topics(context: dg.AssetExecutionContext, brb: BrbSettings,
                  runtime: dg.ResourceParam[Runtime]) -> dg.MaterializeResult:
     """Monthly batches of each person's messages split into topics (label, summary, message span)
@@ -23,7 +24,7 @@ def batch_topics(context: dg.AssetExecutionContext, brb: BrbSettings,
 
 
 @dg.asset(group_name=PER_BATCH, partitions_def=contact_batches_partitions, deps=[batch_topics],
-          kinds={"polars", "parquet"})
+          kinds={"polars", "parquet"}, automation_condition=EAGER)
 def person_profiles(context: dg.AssetExecutionContext, brb: BrbSettings,
                     runtime: dg.ResourceParam[Runtime]) -> dg.MaterializeResult:
     """Each person's profile (relationship, tone, recurring topics, explicit commitments) derived
