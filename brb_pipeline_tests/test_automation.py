@@ -134,7 +134,7 @@ def home(tmp_path, monkeypatch):
 def test_a_source_change_runs_the_ingestion_then_only_the_changed_batch_then_the_store(home):
     from dagster._core.definitions.observe import observe
 
-    from brb_pipeline_tests.test_pipeline import _append_messages
+    from brb_pipeline_tests.helpers.pipeline import append_messages
 
     s, archive = home
     instance = instance_for(s)
@@ -151,7 +151,7 @@ def test_a_source_change_runs_the_ingestion_then_only_the_changed_batch_then_the
     # a new message in one person's chat
     target = metadata.read_contacts(s.brb_db).filter(pl.col("kind") == "direct").sort("rank").row(1, named=True)
     chat = pl.read_parquet(s.paths.messages).filter(pl.col("contact_id") == target["contact_id"])["chat_id"][0]
-    _append_messages(archive.chat_db, chat.split(":", 1)[1], ["the ferry leaves at nine"] * 3,
+    append_messages(archive.chat_db, chat.split(":", 1)[1], ["the ferry leaves at nine"] * 3,
                      datetime(2024, 6, 1, 9, tzinfo=timezone.utc))
     assert ticks.tick() == {} and ticks.observes  # not seen before it is observed
     observe([message_sources], instance=instance)
