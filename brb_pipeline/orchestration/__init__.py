@@ -15,3 +15,12 @@
 Imports go one way: assets -> graph -> runner -> jobs -> definitions (no module imports
 ``definitions``). Must not import: ``cli``.
 """
+
+import warnings
+
+import dagster as dg
+
+# Dagster's beta and preview notices (observable sources, ``include_sources``) are for us, not for
+# a person running `brb`: every line on a user's stderr is brb's own.
+for _notice in (dg.BetaWarning, dg.PreviewWarning):
+    warnings.filterwarnings("ignore", category=_notice)

@@ -59,7 +59,7 @@ def snapshot_condition(cron: str | None = None) -> dg.AutomationCondition:
 
 AUTOMATION_SENSOR = dg.AutomationConditionSensorDefinition(
     "brb_automation",
-    target=dg.AssetSelection.all(include_sources=True),
+    target=dg.AssetSelection.all(include_sources=True),  # the observable source too
     default_status=dg.DefaultSensorStatus.STOPPED,
     minimum_interval_seconds=30,
     run_tags={"brb/source": "automation"},

@@ -31,7 +31,7 @@ from brb_pipeline.core.insights.map_style import color
 CAMERA_EYE = {"x": 0.95, "y": 0.95, "z": 0.7}
 
 # Runs in the page after plotly drew it; ``{plot_id}`` is plotly's div id (write_html's post_script).
-DECLUTTER_JS = """
+DECLUTTER_JS = r"""
 (function () {
   const gd = document.getElementById('{plot_id}');
   const anchors = __ANCHORS__;  // [x, y, z] in the scene's unit cube, in priority order
