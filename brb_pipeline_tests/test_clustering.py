@@ -152,10 +152,12 @@ def test_stable_ids_table(prev, labels, expected):
 
 
 def test_settings_map_to_keyword_arguments(tmp_path):
+    import dataclasses
+
     from brb_pipeline.config.settings import Settings
 
     s = Settings(home=tmp_path, umap_sample=500, merge_threshold=0.8, seed=3)
-    assert s.projection.kwargs() == {"pca_dim": 50, "n_neighbors": 15, "min_dist": 0.05,
+    assert dataclasses.asdict(s.projection) == {"pca_dim": 50, "n_neighbors": 15, "min_dist": 0.05,
                                     "sample": 500, "seed": 3}
-    assert s.clustering.kwargs() == {"min_cluster_size": 25, "min_samples": 5,
+    assert dataclasses.asdict(s.clustering) == {"min_cluster_size": 25, "min_samples": 5,
                                  "merge_threshold": 0.8, "noise_threshold": 0.5, "seed": 3}

@@ -11,6 +11,8 @@ settings, and the placed chunks, now and in total since the last refit, within
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 import time
 import uuid
@@ -104,7 +106,7 @@ def refit_layout(s: Settings, emb: np.ndarray, ids: pl.Series,
            fps: np.ndarray) -> tuple[pl.DataFrame, dict[str, Any], dict[str, Any]]:
     """PCA to ``pca_dim`` then UMAP to 2-D and 3-D, fitted on a sample for large stores."""
     n = len(ids)
-    proj = project(emb, **s.projection.kwargs()) if n else None
+    proj = project(emb, **dataclasses.asdict(s.projection)) if n else None
     xy = proj.xy if proj else np.zeros((0, 2), np.float32)
     xyz = proj.xyz if proj else np.zeros((0, 3), np.float32)
     out = _frame(ids, xy, xyz, fps, np.zeros(n, dtype=bool))
@@ -201,7 +203,7 @@ def hdbscan_clusters(s: Settings, xy: np.ndarray, emb: np.ndarray, ids: list[str
                      previous: dict[str, int]) -> tuple[np.ndarray, dict[str, Any]]:
     """HDBSCAN on the 2-D layout, near-duplicate clusters merged, close noise reassigned, and
     ids kept stable against ``previous`` (chunk id -> its previous cluster id)."""
-    res = cluster(xy, emb, **s.clustering.kwargs())
+    res = cluster(xy, emb, **dataclasses.asdict(s.clustering))
     labels = stable_cluster_ids(previous, ids, res.labels)
     info = {"method": "hdbscan", "n_clusters": int(res.n_clusters),
             "noise_before": round(float(res.noise_before), 4),

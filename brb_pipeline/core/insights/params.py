@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from brb_pipeline.core import SEED
@@ -12,16 +11,13 @@ from brb_pipeline.core import SEED
 @dataclass(frozen=True)
 class ProjectionParams:
     """The layout's parameters (the ``pca_dim``, ``umap_neighbors``, ``umap_min_dist``,
-    ``umap_sample`` and ``seed`` settings), as :func:`project` takes them."""
+    ``umap_sample`` and ``seed`` settings), named as :func:`project` takes them."""
 
     pca_dim: int = 50
     n_neighbors: int = 15
     min_dist: float = 0.05
     sample: int = 20000
     seed: int = SEED
-
-    def kwargs(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)
@@ -35,6 +31,3 @@ class ClusterParams:
     merge_threshold: float = 0.92
     noise_threshold: float = 0.5
     seed: int = SEED
-
-    def kwargs(self) -> dict:
-        return dataclasses.asdict(self)
