@@ -16,8 +16,9 @@ run to run, so cluster ids and label caches would churn on every re-materializat
 2-core dev machine (shared, load 10-40) the seeded run was not slower: at 65K synthetic chunks
 (fit on 20K, transform 45K) UMAP 2-D + 3-D took 172 s seeded vs 223 s with ``n_jobs=-1``
 (ratio 0.77), with the same clustering quality (ARI 0.945 vs 0.946). So seeded is the default.
-Numba compiles UMAP's kernels in every new process (umap-learn does not cache them): expect a
-one-off 15 s (idle) to 200 s (heavily loaded) before the first layout.
+umap-learn does not cache its numba kernels, so each new process compiled them again (8 s of a
+700-message ingest's 19 s here); :mod:`.umap_cache` imports umap with numba's on-disk cache on,
+so only the first process on a machine (or after an upgrade of umap) pays that.
 
 Placement (:func:`nearest_neighbours`, :func:`neighbour_mean`) is the cheap path for a small
 change: a new chunk goes to the similarity-weighted mean position of its k most similar already
@@ -171,7 +172,9 @@ def _pad(a: np.ndarray, dims: int) -> np.ndarray:
 def _umap(pca: np.ndarray, dims: int, n_neighbors: int, min_dist: float, seed: int,
           deterministic: bool, fit_idx: np.ndarray | None, block: int) -> np.ndarray:
     """Fit UMAP (on ``pca[fit_idx]`` when given) and return the (n, dims) float32 layout."""
-    import umap  # imported lazily: numba compilation costs seconds on first import
+    from brb_pipeline.core.insights.umap_cache import import_umap
+
+    umap = import_umap()  # lazily, and with its numba kernels cached across processes
 
     n = pca.shape[0]
     n_fit = n if fit_idx is None else fit_idx.size
