@@ -131,6 +131,7 @@ def home(tmp_path, monkeypatch):
     return s, archive
 
 
+@pytest.mark.slow  # e2e: three automation ticks over real ingests
 def test_a_source_change_runs_the_ingestion_then_only_the_changed_batch_then_the_store(home):
     from dagster._core.definitions.observe import observe
 

@@ -57,6 +57,7 @@ def test_mail_homes_ingest_and_the_check_fits_them(tmp_path, archive, imessage):
     assert s.duckdb_path.exists() and not s.paths.store_next.exists()
 
 
+@pytest.mark.slow  # e2e: a whole ingest, then a damaged store
 def test_the_check_still_catches_chunks_loaded_twice(tmp_path, archive):
     s = _ingest(tmp_path, archive, True)
     assert _check(s)[0]
@@ -93,6 +94,7 @@ def test_ceiling_counts_windows_per_conversation():
     assert checks.chunk_ceiling(frame.lazy(), p) == (25, 4 + 3 + 1)
 
 
+@pytest.mark.slow  # scale: `brb demo` with a larger mailbox
 def test_brb_demo_with_a_larger_mailbox_ingests(tmp_path):
     """`brb demo --mail-messages N` (implies --mail): more mail than iMessage, one run, exit 0."""
     import json

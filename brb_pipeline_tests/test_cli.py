@@ -297,6 +297,7 @@ main()
 """
 
 
+@pytest.mark.slow  # crash harness: a real SIGINT mid-embedding
 def test_sigint_mid_embedding_leaves_previous_store_usable(archive, tmp_path):
     home = tmp_path / "h"
     r = cli("ingest", "--chat-db", archive.chat_db, "--progress", "none", "--no-insights", home=home)

@@ -86,6 +86,7 @@ def test_chat_with_no_date_at_all():
     assert out["start_ts"][0] is None and out["end_ts"][0] is None
 
 
+@pytest.mark.slow  # e2e: a whole `brb ingest`
 def test_ingest_with_null_dates_runs_end_to_end(tmp_path):
     from brb_pipeline.core.store import duck
     from brb_pipeline.demo.chatdb_writer import ChatDbBuilder

@@ -172,6 +172,7 @@ def test_a_rekey_killed_midway_is_finished_by_the_next(world, home, point):
     assert _search(h, env, world["needles"][-4], "--mode", "lexical")["hits"]
 
 
+@pytest.mark.slow  # e2e: forget, re-ingest and a byte scan
 def test_forget_and_reingest_on_the_encrypted_home(world, home):
     from brb_pipeline_tests.helpers.pipeline import append_messages as _append_messages
 

@@ -91,6 +91,7 @@ def test_plain_deletes_leave_the_person_in_the_bytes(world, tmp_path):
     assert {"brb.duckdb", "brb.db"} <= raw, summary(found)
 
 
+@pytest.mark.slow  # e2e: forget, re-ingest, delete and byte scans
 def test_forget_reingest_and_delete_all_leave_no_trace(world):
     home, env, person, needles = world["home"], world["env"], world["person"], world["needles"]
     archive = world["archive"]
@@ -200,6 +201,7 @@ def mail_world(tmp_path_factory):
             "handles": sorted(json.loads(handles))}
 
 
+@pytest.mark.slow  # e2e: a Mail ingest, forget and a byte scan
 def test_forget_removes_a_mail_partner_from_the_mail_copy_too(mail_world):
     from brb_pipeline.demo.mail_writer import MAIL_ONLY_PHRASE
 

@@ -213,6 +213,7 @@ def _jump_to_the_top(s, archive) -> tuple[dict, dict]:
     return jumper, leaver
 
 
+@pytest.mark.slow  # e2e: two full ingests
 def test_reingest_embeds_only_new_text_when_contacts_change_batch(tmp_path):
     archive = build_demo_archive(tmp_path / "archive", messages=800, seed=5)
     s = _settings(tmp_path / "home", archive)
@@ -292,6 +293,7 @@ def test_moved_vectors_come_from_other_batches_and_retired_files_and_forget_clea
             assert not gone & set(pl.read_parquet(p, columns=["embedding_text"])["embedding_text"]), p
 
 
+@pytest.mark.slow  # e2e: ingest, forget and re-ingest
 def test_stale_partitions_are_filtered_by_forget_and_pruned_at_load(tmp_path):
     """Files of a batch key that no longer exists still hold message text: forget filters them
     too, and the next load deletes them."""

@@ -529,6 +529,7 @@ def _crowded_3d(n_clusters: int = 24) -> pl.DataFrame:
     return pl.concat([pts, far])
 
 
+@pytest.mark.slow  # browser
 def test_3d_labels_are_apart_sized_by_cluster_and_redrawn_on_rotation(tmp_path):
     """In Chromium: the 3-D page's labels never overlap (before: 24 labels piled in the middle),
     the view is not stretched by two far outliers, and after a camera turn the labels are laid

@@ -120,6 +120,7 @@ def test_defaults_fill_only_settings_that_name_no_source(mac_home, tmp_path, mon
 
 # `brb ingest` with no arguments ----------------------------------------------------------------
 
+@pytest.mark.slow  # e2e: a whole `brb ingest` from the Mac's default paths
 def test_ingest_without_arguments_reads_the_macs_stores(mac_home, tmp_path):
     home = tmp_path / "brb"
     r = _brb("ingest", "--progress", "none", "--no-insights", "--home", str(home), user_home=mac_home)

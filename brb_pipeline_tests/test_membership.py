@@ -160,6 +160,7 @@ def test_the_assistant_person_tool_has_tapbacks_and_group_membership(home):
     assert group["joined"] is None and group["left"][:10] == "2024-05-10"
 
 
+@pytest.mark.slow  # e2e: forget then a byte scan
 def test_forget_a_former_member_removes_them(home):
     assert {f.needle for f in scan(home, [LEE])} == {LEE}
     r = brb("forget", "--contact", LEE, "--yes", home=home)

@@ -211,6 +211,7 @@ def test_without_a_model_the_skip_is_visible_everywhere(demo):
         con.close()
 
 
+@pytest.mark.slow  # e2e: two `brb demo` ingests with a model
 def test_demo_ingest_with_a_tiny_model_then_nothing_changed(demo):
     root, s = demo
     path = _tiny_model(root / "tiny", None)

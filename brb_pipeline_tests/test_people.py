@@ -218,6 +218,7 @@ def test_json_lines_carry_sender_and_handle(world):
     assert {p["name"] for p in out["hits"][0]["participants"]} == {"John Carter", "Nate Ortiz", STRANGER}
 
 
+@pytest.mark.slow  # e2e: forget then a byte scan
 def test_forget_a_group_only_person(world, tmp_path):
     """Nate is only in the book club: his name, handle and lines go from every store; John
     Carter's and the stranger's lines in that group stay searchable."""

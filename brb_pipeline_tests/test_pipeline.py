@@ -108,6 +108,7 @@ def test_contact_backfill_touches_one_partition_and_keeps_counts(ingested):
         con.close()
 
 
+@pytest.mark.slow  # e2e: a re-ingest with another model
 def test_model_change_reembeds_everything_and_never_mixes(tmp_path):
     archive = build_demo_archive(tmp_path / "archive", messages=500, seed=4)
     s = _settings(tmp_path / "home", archive)
@@ -148,6 +149,7 @@ def test_search_finds_and_routes(ingested):
     assert top["display_name"] not in routed["routing"]["query"]
 
 
+@pytest.mark.slow  # e2e: a second ingest after new messages
 def test_incremental_new_messages_reembed_only_their_batch(tmp_path):
     archive = build_demo_archive(tmp_path / "archive", messages=800, seed=5)
     s = _settings(tmp_path / "home", archive)
@@ -168,6 +170,7 @@ def test_incremental_new_messages_reembed_only_their_batch(tmp_path):
     assert hits and hits[0]["contact_id"] == target["contact_id"]
 
 
+@pytest.mark.slow  # e2e: forget then re-ingest
 def test_forget_removes_contact_everywhere_and_stays_forgotten(tmp_path):
     from brb_pipeline.core.search.log import read_log
     from brb_pipeline.privacy.forget import forget_contacts

@@ -114,6 +114,7 @@ def test_error_check_fails_the_run_keeps_the_store_and_says_why_in_one_line(inge
         con.close()
 
 
+@pytest.mark.slow  # fault injection through a whole `brb ingest`
 def test_warn_check_is_a_warning_line_and_a_status_entry(ingested, tmp_path):
     home = copy_home(ingested, tmp_path / "h")
     # clusters that can never form: every chunk stays unclustered, the noise check (WARN) fails
@@ -146,6 +147,7 @@ def test_a_failed_step_prints_one_line_naming_the_log_with_the_trace(ingested, t
     assert status(home)["last_ingestion"]["status"] == "failed"
 
 
+@pytest.mark.slow  # crash harness: a real SIGINT mid-step
 def test_sigint_stops_a_run_busy_inside_a_step(ingested, tmp_path):
     """An index build never reaches a cancellation point; SIGINT must still end the run within
     the grace period, record it as cancelled, and leave the previous store searchable."""

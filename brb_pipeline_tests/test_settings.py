@@ -248,6 +248,7 @@ def test_unwritable_home_is_one_line(tmp_path, command):
         locked.chmod(0o700)
 
 
+@pytest.mark.slow  # e2e: two whole ingests in one process
 def test_one_runs_environment_does_not_leak_into_the_next(tmp_path):
     """Relative --chat-db/--home and BRB_WHATSAPP_* for one run: that run reads WhatsApp, the
     saved config holds absolute paths and no WhatsApp, and a later run elsewhere finds it all."""
@@ -284,6 +285,7 @@ def test_demo_refuses_a_home_with_a_real_ingestion(tmp_path):
     assert not (home / "demo-archive").exists()
 
 
+@pytest.mark.slow  # e2e: a whole `brb demo`
 def test_demo_has_its_own_home_and_leaves_brb_home_alone(tmp_path):
     user_home = tmp_path / "user"
     user_home.mkdir()
