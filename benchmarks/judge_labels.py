@@ -76,12 +76,22 @@ def membership(s: Settings) -> str:
     return hashlib.sha256(df["cluster_id"].cast(pl.Utf8).str.join(",").item().encode()).hexdigest()[:16]
 
 
-def dump(s: Settings, out: Path) -> None:
+def dump(s: Settings, out: Path, sample: int = 0) -> None:
+    """Each cluster's 8 representatives (sets 1 and 2), or with ``sample`` that many of its other
+    chunks drawn at random (seeded by the cluster id; set 3): reference words written from those
+    do not come from the chunks the labeler reads first."""
+    import random
+
     docs, _, _, _ = cluster_docs(s)
     lines = [f"membership {membership(s)}"]
     for d in docs:
         lines.append(f"\n=== cluster {d.cluster_id} ({len(d.texts)} chunks)")
-        for text in d.centroid_texts:
+        texts = d.centroid_texts
+        if sample:
+            reps = set(d.centroid_texts)
+            others = [t for t in d.texts if t not in reps]
+            texts = random.Random(d.cluster_id).sample(others, min(sample, len(others)))
+        for text in texts:
             bodies, _ = message_bodies(text)
             lines.append("- " + " / ".join(bodies)[:400])
     out.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -133,6 +143,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--home", type=Path, required=True)
     ap.add_argument("--dump", type=Path, help="write the representatives here (outside the repo)")
+    ap.add_argument("--sample", type=int, default=0,
+                    help="with --dump: that many random non-representative chunks per cluster instead")
     ap.add_argument("--score", action="store_true")
     ap.add_argument("--frozen", type=Path, default=FROZEN, help="the frozen label set (default: the first one)")
     ap.add_argument("--half", choices=("dev", "test", "both"), default="both",
@@ -140,7 +152,7 @@ def main() -> None:
     args = ap.parse_args()
     s = Settings.load(args.home)
     if args.dump:
-        dump(s, args.dump)
+        dump(s, args.dump, args.sample)
     if args.score:
         score(s, {"dev": (0,), "test": (1,), "both": (0, 1)}[args.half], args.frozen)
 
