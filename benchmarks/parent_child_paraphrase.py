@@ -17,6 +17,9 @@ from parent_child_lab import Children, variants  # noqa: E402
 
 from brb_pipeline.search.query import Searcher  # noqa: E402
 from brb_pipeline.config.settings import Settings  # noqa: E402
+from brb_pipeline import keys  # noqa: E402
+
+keys.install()  # a script is an entry point: an encrypted home's files open with its key
 
 CHOSEN = "rrf brb+0.0*clex+0.25*cvec"  # declared on dev (A)
 DEV_BEST = "rrf brb+0.25*clex+0.5*cvec"  # best recall on dev (B), shown beside it

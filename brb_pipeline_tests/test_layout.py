@@ -178,3 +178,15 @@ def test_per_batch_assets_use_the_contact_batch_partitions():
         pd = graph.get(dg.AssetKey(name)).partitions_def
         assert isinstance(pd, dg.DynamicPartitionsDefinition) and pd.name == "contact_batches"
     assert graph.get(dg.AssetKey("chunk_store")).partitions_def is None
+
+
+def test_every_benchmark_script_installs_the_key_provider():
+    """A benchmark run as a script is an entry point like `brb`: without ``keys.install()`` the
+    first read of a home's files raises (core.crypto never installs a provider on import)."""
+    missing = []
+    for path in sorted((PKG.parent / "benchmarks").glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        is_script = '__name__ == "__main__"' in text or "sys.argv" in text
+        if is_script and "brb_pipeline" in text and "keys.install()" not in text:
+            missing.append(path.name)
+    assert not missing, missing
