@@ -498,6 +498,91 @@ def test_big_clusters_get_subtopic_labels_where_their_parts_lie():
     assert not any(words(t) & {"ana", "ben", "cem"} for t in subs)
 
 
+def _travel_and_food(n: int = 200, seed: int = 5) -> pl.DataFrame:
+    """Cluster 0 "Travel · trip" (``n`` chunks): flights on the left, soup on the right, both saying
+    "travel" and "trip", a friend's name (Dora, no sender) and filler, and 2 stragglers far out;
+    cluster 1 "Guitar": 60 chunks of concerts; cluster -1: 20 unclustered."""
+    rng = np.random.default_rng(seed)
+    sides = ["travel trip flight lisbon visa airport passport with dora lol",
+             "travel trip lentil soup recipe oven dinner with dora lol"]
+    rows = []
+    for i in range(n + 2 + 60 + 20):
+        if i < n + 2:
+            cid, side = 0, i % 2
+            x = (0.0 if side == 0 else 4.0) + (40.0 if i >= n else 0.0)  # the last 2: far out
+            words, label = sides[side], "Travel · trip"
+        else:
+            cid, x = (1, 12.0) if i < n + 62 else (-1, 20.0)
+            words, label = "guitar concert tickets band stage", "Guitar" if cid == 1 else "unclustered"
+        who = ["Ana", "Ben"][i % 2]
+        rows.append({"x": x + rng.normal(0, 0.4), "y": rng.normal(0, 0.4), "cluster_id": cid, "label": label,
+                     "contact": who, "date": date(2024, 1 + i % 12, 1), "snippet": words[:30],
+                     "content": f"{who} (10:00): {words} {i}\nMe (10:01): {words.split()[2 + i % 3]} ok"})
+    return pl.DataFrame(rows)
+
+
+def _words(t: dict) -> set[str]:
+    return set(t["label"].lower().replace("·", " ").split())
+
+
+class _CountingEmbedder:
+    """The hash embedder, counting its ``embed`` calls."""
+
+    def __init__(self) -> None:
+        from brb_pipeline.core.embedding.hashing import HashEmbedder
+
+        self.inner = HashEmbedder(64)
+        self.model_id, self.document_prefix, self.calls = self.inner.model_id, "", 0
+
+    def embed(self, texts):
+        self.calls += 1
+        return self.inner.embed(texts)
+
+
+@pytest.mark.parametrize("reranked", [False, True], ids=["c-tf-idf", "embedding-re-rank"])
+def test_subtopic_labels_say_what_sets_a_part_apart(reranked):
+    """No word of the parent's label ("travel", "trip"), no name, no filler; every part of every
+    split cluster labelled (stragglers join a part, never one of their own); the same twice."""
+    from brb_pipeline.core.insights.labels import EmbeddingLabeler
+    from brb_pipeline.core.insights.subtopics import subtopics
+
+    pts = _travel_and_food()
+    kw: dict = {}
+    if reranked:
+        emb = _CountingEmbedder()
+        vecs = emb.inner.embed(pts["content"].to_list())
+        kw = {"rerank": EmbeddingLabeler(emb, names=["Dora Quinn"], label_terms=2), "embeddings": vecs,
+              "embedding_model": emb.model_id}
+    subs = subtopics(pts, names=["Dora Quinn", "Ana", "Ben"], **kw)
+    assert subs == subtopics(pts, names=["Dora Quinn", "Ana", "Ben"], **kw)  # deterministic
+    if reranked:
+        assert emb.calls == 2  # the two runs: one batch of candidate terms each (stored centroids)
+    by = {c: [t for t in subs if t["cluster_id"] == c] for c in (0, 1)}
+    assert [sum(t["n"] for t in by[0]), sum(t["n"] for t in by[1])] == [202, 60]  # every chunk's part labelled
+    assert len(by[0]) == 2 and min(t["n"] for t in by[0]) >= 100  # the 2 stragglers are in a part
+    assert all(t["label"] for t in subs)
+    left, right = sorted(by[0], key=lambda t: t["x"])
+    assert _words(left) & {"flight", "lisbon", "visa", "airport", "passport"}
+    assert _words(right) & {"lentil", "soup", "recipe", "oven", "dinner"}
+    for t in subs:
+        assert not _words(t) & {"travel", "trip", "dora", "quinn", "ana", "ben", "lol", "ok"}
+        assert not _words(t) & ({"guitar"} if t["cluster_id"] == 1 else set())
+        assert t["bottom"] <= t["y"] <= t["top"] and t["left"] <= t["x"] <= t["right"]
+    assert len({t["label"] for t in by[1]}) == len(by[1])  # siblings never say the same
+
+
+def test_subtopics_of_a_cluster_too_small_or_without_words():
+    """Clusters under ``min_size`` are not split; a part with no word left (only its parent's
+    words and names) gets no label rather than a repeat of its parent."""
+    from brb_pipeline.core.insights.subtopics import subtopics
+
+    pts = _travel_and_food()
+    assert subtopics(pts, min_size=300) == []
+    bare = pts.with_columns(pl.lit("Ana (10:00): travel trip dora").alias("content"),
+                            pl.lit("Travel · trip").alias("label"))
+    assert subtopics(bare, names=["Dora"]) == []
+
+
 def test_html_shows_subtopics_only_when_zoomed_in(tmp_path):
     files = write_map(tmp_path, _two_topic_cluster(), title="Zoom")
     page = files.html.read_text(encoding="utf-8")
@@ -514,6 +599,10 @@ def test_html_shows_subtopics_only_when_zoomed_in(tmp_path):
         driver.execute_script("zoomToVisible()")
         assert driver.execute_script("return view.s / S0") > 1.8
         assert driver.execute_script("return window.__subLabels") == 2
+        under = driver.execute_script(  # points of a sub-label's own cluster under its box
+            "return window.__subBoxes.map(([c, x0, y0, x1, y1]) => G[c].filter(i => {"
+            " const x = sx(D.x[i]), y = sy(D.y[i]); return x >= x0 && x <= x1 && y >= y0 && y <= y1}).length)")
+        assert under == [0, 0]  # placed off its part (before: on its middle)
     finally:
         driver.quit()
 

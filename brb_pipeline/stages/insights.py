@@ -30,6 +30,7 @@ from brb_pipeline.core.errors import BrbError, StoreError
 from brb_pipeline.core.insights.labels import (
     ClusterDocs,
     ClusterLabel,
+    EmbeddingLabeler,
     LabelCache,
     LabelChain,
     keep_by_overlap,
@@ -39,6 +40,7 @@ from brb_pipeline.core.insights.labels import (
 )
 from brb_pipeline.core.insights.map import MapFiles, cluster_summary, summary_markdown, write_map
 from brb_pipeline.core.insights.projection import embedding_fingerprints
+from brb_pipeline.core.insights.subtopics import LABEL_TERMS as SUBTOPIC_TERMS
 from brb_pipeline.core.progress import Progress
 from brb_pipeline.keys import provider as keys
 from brb_pipeline.stages.insights_io import (
@@ -168,21 +170,40 @@ def default_labeler(s: Settings, embedder: Any | None = None) -> LabelChain:
     store's embedding model (``embedder``, loaded from the settings when None) and the contacts'
     names from brb.db, which are never used in labels. Without a loadable embedding model the
     labels are plain c-TF-IDF (logged)."""
-    names: list[str] = []
-    if s.brb_db.exists():
-        contacts = metadata.read_contacts(s.brb_db)
-        if "kind" in contacts.columns:  # group chats are named after topics ("Book club"), not people
-            contacts = contacts.filter(pl.col("kind") == "direct")
-        names = [n for n in contacts["display_name"].to_list() if n]
     if embedder is None:
-        try:
-            from brb_pipeline.core.embedding.models import load_embedder
+        embedder = _label_embedder(s)
+    return make_labeler(s.labeler_model_path, embedder=embedder, names=_label_names(s), seed=s.seed)
 
-            embedder = load_embedder(s.embedding)
-        except BrbError as e:
-            log.warning("Labels - no embedding model for label re-ranking (%s): c-TF-IDF labels only",
-                        type(e).__name__)
-    return make_labeler(s.labeler_model_path, embedder=embedder, names=names, seed=s.seed)
+
+def _label_names(s: Settings) -> list[str]:
+    """The contacts' display names from brb.db (direct chats only), never label words."""
+    if not s.brb_db.exists():
+        return []
+    contacts = metadata.read_contacts(s.brb_db)
+    if "kind" in contacts.columns:  # group chats are named after topics ("Book club"), not people
+        contacts = contacts.filter(pl.col("kind") == "direct")
+    return [n for n in contacts["display_name"].to_list() if n]
+
+
+def _label_embedder(s: Settings) -> Any | None:
+    """The store's embedding model for label re-ranking, or None (logged) when it cannot load."""
+    try:
+        from brb_pipeline.core.embedding.models import load_embedder
+
+        return load_embedder(s.embedding)
+    except BrbError as e:
+        log.warning("Labels - no embedding model for label re-ranking (%s): c-TF-IDF labels only",
+                    type(e).__name__)
+        return None
+
+
+def subtopic_rerank(s: Settings, embedder: Any | None = None) -> EmbeddingLabeler | None:
+    """The re-rank of the map's sub-topic labels: the cluster labels' (the store's embedding
+    model, the contacts' names dropped) with 2-word labels; None without an embedding model."""
+    embedder = embedder if embedder is not None else _label_embedder(s)
+    if embedder is None:
+        return None
+    return EmbeddingLabeler(embedder, names=_label_names(s), label_terms=SUBTOPIC_TERMS)
 
 
 def run_labels(s: Settings, labeler: LabelChain | None = None, embedder: Any | None = None,
@@ -274,15 +295,23 @@ def map_points(s: Settings) -> tuple[pl.DataFrame, pl.DataFrame]:
     Raises:
         BrbError: no insights yet.
     """
+    points, summary, _, _ = _map_data(s, vectors=False)
+    return points, summary
+
+
+def _map_data(s: Settings, vectors: bool) -> tuple[pl.DataFrame, pl.DataFrame, np.ndarray | None, str | None]:
+    """:func:`map_points`, and with ``vectors`` the stored embeddings in the points' order and
+    their model id (what the sub-topic labels are re-ranked against)."""
     if not s.paths.cluster_labels.exists():
         raise BrbError(f"no insights map in {s.home}: run `brb ingest` (or `brb demo`) first")
-    rows, _, _ = load_store(s, ("chunk_id", "contact_id", "start_ts", "content"), vectors=False)
+    rows, emb, _, model = load_store_with_model(s, ("chunk_id", "contact_id", "start_ts", "content"), vectors)
+    rows = rows.with_row_index("_row")
     proj = files.read_parquet(s.paths.projection)
     cl = files.read_parquet(s.paths.clusters)
     labels = files.read_parquet(s.paths.cluster_labels)
     contacts = metadata.read_contacts(s.brb_db).select("contact_id", "display_name")
     points = (
-        rows.select("chunk_id", "contact_id", "start_ts", "content")
+        rows.select("chunk_id", "contact_id", "start_ts", "content", "_row")
         .join(proj.select("chunk_id", *COORDS), on="chunk_id", how="left")
         .join(cl.select("chunk_id", "cluster_id"), on="chunk_id", how="left")
         .join(labels.select("cluster_id", "label"), on="cluster_id", how="left")
@@ -294,12 +323,22 @@ def map_points(s: Settings) -> tuple[pl.DataFrame, pl.DataFrame]:
             _snippet(pl.col("content")).alias("snippet"),
         )
         .select("chunk_id", "x", "y", pl.col("x3"), pl.col("y3"), pl.col("z3").alias("z"), "cluster_id", "label",
-                "contact", "date", "start_ts", "snippet", "content")  # content: sub-topics, never drawn
+                "contact", "date", "start_ts", "snippet", "content", "_row")  # content: sub-topics, never drawn
     )
+    order = points["_row"].to_numpy()
+    points = points.drop("_row")
     summary = cluster_summary(points)
     summary = summary.join(labels.select("cluster_id", "terms", "label_source"), on="cluster_id", how="left") \
         if "terms" not in summary.columns else summary
-    return points, summary
+    return points, summary, (emb[order] if vectors and emb.size else None), model
+
+
+def _write(s: Settings, out_dir: Path, points: pl.DataFrame, summary: pl.DataFrame,
+           emb: np.ndarray | None, model: str | None) -> MapFiles:
+    """The map files in ``out_dir``, the sub-topic labels re-ranked with the store's embedding
+    model (``emb``: the stored embeddings in the points' order)."""
+    return write_map(out_dir, points, summary, title=MAP_TITLE, subtopic_rerank=subtopic_rerank(s),
+                     embeddings=emb, embedding_model=model)
 
 
 def run_map(s: Settings, progress: Progress | None = None) -> dict[str, Any]:
@@ -308,12 +347,13 @@ def run_map(s: Settings, progress: Progress | None = None) -> dict[str, Any]:
     is opened); ``progress`` gets the stage's "analyzing" updates (the last one at 100%)."""
     t0 = time.perf_counter()
     _report(progress, 85, "drawing the map")
-    points, summary = map_points(s)
+    encrypted = keys.encrypted(s.home)
+    points, summary, emb, model = _map_data(s, vectors=not encrypted)
     metadata.replace_clusters(s.brb_db, summary)
-    if keys.encrypted(s.home):
+    if encrypted:
         written: dict[str, Any] = {"map": MAP_WHEN_OPENED}
     else:
-        mf = write_map(s.insights_dir, points, summary, title=MAP_TITLE)
+        mf = _write(s, s.insights_dir, points, summary, emb, model)
         written = {"html": str(mf.html), "html_3d": str(mf.html_3d), "png": str(mf.png)}
     faults.point("map_written")
     clusters = int(summary.filter(pl.col("cluster_id") >= 0).height)
@@ -337,8 +377,7 @@ def render_map(s: Settings, out_dir: Path) -> MapFiles:
     if keys.encrypted(s.home) and out_dir.is_relative_to(Path(s.home).resolve()):
         raise BrbError(f"{out_dir} is inside the encrypted home {s.home}: the map holds message snippets "
                        "and names, write it elsewhere")
-    points, summary = map_points(s)
-    return write_map(out_dir, points, summary, title=MAP_TITLE)
+    return _write(s, out_dir, *_map_data(s, vectors=True))
 
 
 @contextmanager

@@ -205,7 +205,8 @@ def figure_3d(df: pl.DataFrame, summary: pl.DataFrame, title: str) -> Any:
 
 def write_map(out_dir: Path, points: pl.DataFrame | Mapping[str, Any],
               clusters: pl.DataFrame | None = None, *, title: str = "Conversation map",
-              stem: str = "map") -> MapFiles:
+              stem: str = "map", subtopic_rerank: Any | None = None,
+              embeddings: np.ndarray | None = None, embedding_model: str | None = None) -> MapFiles:
     """Write ``<stem>.html`` (2-D), ``<stem>_3d.html`` and ``<stem>.png`` into ``out_dir``.
 
     Each file is written to a temporary name in ``out_dir`` and renamed into place only when
@@ -219,6 +220,10 @@ def write_map(out_dir: Path, points: pl.DataFrame | Mapping[str, Any],
         clusters: a :func:`cluster_summary` (computed from ``points`` when omitted).
         title: figure title.
         stem: file name stem.
+        subtopic_rerank: re-ranks the sub-topic labels (an ``EmbeddingLabeler``; see
+            :func:`~brb_pipeline.core.insights.subtopics.subtopics`), or None.
+        embeddings: the stored embeddings in ``points``' row order, for that re-rank, or None.
+        embedding_model: their model id.
 
     Returns:
         :class:`MapFiles` with the three paths.
@@ -227,7 +232,8 @@ def write_map(out_dir: Path, points: pl.DataFrame | Mapping[str, Any],
     out_dir.mkdir(parents=True, exist_ok=True)
     df = as_points(points)
     # A ``content`` column (the chunk text, never written out) gives the big clusters sub-topics.
-    sub = subtopics(points, names=df["contact"].unique().to_list()) \
+    sub = subtopics(points, names=df["contact"].unique().to_list(), rerank=subtopic_rerank,
+                    embeddings=embeddings, embedding_model=embedding_model) \
         if isinstance(points, pl.DataFrame) and "content" in points.columns else None
     summary = clusters if clusters is not None else cluster_summary(df)
     centre_cols = ["x", "y", "z", "x3", "y3", "z3"]

@@ -35,7 +35,7 @@ def map_data(df: pl.DataFrame, summary: pl.DataFrame, title: str, *,
     Returns:
         ``{"title", "subtitle", "clusters": [{"id", "label", "n", "color"}], "contacts",
         "dates", "x", "y", "c" (index into clusters), "k" (contacts), "d" (dates), "s",
-        "sub": [{"c" (index into clusters), "l" (label), "x", "y", "n"}]}``: ``sub`` are the
+        "sub": [{"c" (index into clusters), "l" (label), "x", "y", "n", "t", "b", "x0", "x1"}]}``: ``sub`` are the
         sub-topic labels (:func:`~brb_pipeline.core.insights.subtopics.subtopics`), drawn when
         zoomed in.
     """
@@ -56,8 +56,7 @@ def map_data(df: pl.DataFrame, summary: pl.DataFrame, title: str, *,
         grid = np.rint((xy - lo) * scale).astype(np.int64)
     else:
         grid = np.empty((0, 2), dtype=np.int64)
-    subs = [{"c": index[t["cluster_id"]], "l": t["label"], "n": t["n"],
-             "x": int(round((t["x"] - lo[0]) * scale)), "y": int(round((t["y"] - lo[1]) * scale))}
+    subs = [_sub_row(t, index[t["cluster_id"]], lo, scale)
             for t in (sub or []) if len(xy) and t["cluster_id"] in index]
     snippets = [s if len(s) <= snippet_chars else s[:snippet_chars - 1].rstrip() + "…"
                 for s in df["snippet"].to_list()]
@@ -65,6 +64,21 @@ def map_data(df: pl.DataFrame, summary: pl.DataFrame, title: str, *,
             "contacts": contacts, "dates": dates, "x": grid[:, 0].tolist(),
             "y": grid[:, 1].tolist(), "c": [index[c] for c in df["cluster_id"].to_list()],
             "k": k, "d": d, "s": snippets, "sub": subs}
+
+
+def _sub_row(t: dict[str, Any], c: int, lo: np.ndarray, scale: float) -> dict[str, Any]:
+    """A sub-topic on the page's grid: its label, size, middle and (when known) extent, where a
+    label off its own points can go."""
+    def gx(v: float) -> int:
+        return int(round((v - lo[0]) * scale))
+
+    def gy(v: float) -> int:
+        return int(round((v - lo[1]) * scale))
+
+    row = {"c": c, "l": t["label"], "n": t["n"], "x": gx(t["x"]), "y": gy(t["y"])}
+    if {"top", "bottom", "left", "right"} <= set(t):
+        row.update(t=gy(t["top"]), b=gy(t["bottom"]), x0=gx(t["left"]), x1=gx(t["right"]))
+    return row
 
 
 def _codes(values: list[str]) -> tuple[list[str], list[int]]:
