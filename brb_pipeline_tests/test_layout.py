@@ -184,7 +184,7 @@ def test_every_benchmark_script_installs_the_key_provider():
     """A benchmark run as a script is an entry point like `brb`: without ``keys.install()`` the
     first read of a home's files raises (core.crypto never installs a provider on import)."""
     missing = []
-    for path in sorted((PKG.parent / "benchmarks").glob("*.py")):
+    for path in sorted((PKG.parent / "benchmarks").rglob("*.py")):
         text = path.read_text(encoding="utf-8")
         is_script = '__name__ == "__main__"' in text or "sys.argv" in text
         if is_script and "brb_pipeline" in text and "keys.install()" not in text:

@@ -20,6 +20,9 @@ from brb_pipeline.core.embedding.models import load_embedder  # noqa: E402
 from brb_pipeline.core.insights.labels import EmbeddingLabeler, LabelChain, TfidfLabeler  # noqa: E402
 from brb_pipeline.stages.insights import default_labeler, render_map, run_labels  # noqa: E402
 from brb_pipeline.config.settings import Settings  # noqa: E402
+from brb_pipeline import keys  # noqa: E402
+
+keys.install()  # a script is an entry point: an encrypted home's files open with its key
 
 src, out, prefix = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 work = Path(tempfile.mkdtemp(prefix="m34-labelshots-"))
