@@ -17,12 +17,28 @@ in headless Chromium (selenium) and measures:
   ``file://`` URL (must be 0: the page is offline).
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_map.py --points 64000 --out benchmarks/results/map_64k.json
+
+``--3d`` measures the 3-D page (``map_3d.html``, written by ``write_map``) on the same points
+with a third axis; ``--text corpus`` gives them 140-character snippets of real chat text (the
+demo's chitchat corpus) instead of the 26-word ones, which gzip far better than real text:
+
+- **open**: navigation start to the page's label script marking the plot drawn
+  (``data-labels-shown``, set on the frame after plotly's first draw), each in a fresh browser
+  (nothing cached), median of ``--opens``; the page's own phases of the last open
+  (``performance.mark``: plotly.js ready, traces built, drawn) when it sets them;
+- **hide_cluster**: the biggest cluster hidden or shown again (``Plotly.restyle`` of its
+  ``visible``, what a legend click does) until the next frame, median of 6;
+- **camera_turn**: ``Plotly.relayout`` of the camera until the next frame, median of 5;
+- **bytes**, **requests** and **severe_console** as for the 2-D page, and the load average.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_map.py --3d --text corpus --out benchmarks/results/map3d_64k_corpus_after.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -217,6 +233,7 @@ def measure_3d(n: int, text: str = "words", opens: int = 3) -> dict:
     from brb_pipeline.core.insights.map import write_map
 
     df = synthetic_points(n, dims=3, text=text)
+    load = [round(v, 2) for v in os.getloadavg()]  # the box is shared: say how busy it was
     with tempfile.TemporaryDirectory(prefix="brb-map3d-bench-") as tmp:
         t0 = time.perf_counter()
         path = write_map(Path(tmp), df, title="Synthetic map").html_3d
@@ -232,7 +249,7 @@ def measure_3d(n: int, text: str = "words", opens: int = 3) -> dict:
             hide = [driver.execute_async_script(TIME_3D, "hide", i) for i in range(6)]
             turn = [driver.execute_async_script(TIME_3D, "turn", i) for i in range(5)]
             res = {
-                "points": n, "text": text, "bytes": path.stat().st_size,
+                "points": n, "text": text, "load_avg_1_5_15": load, "bytes": path.stat().st_size,
                 "render_s": round(render_s, 2), "open_ms": statistics.median(open_ms),
                 "open_ms_each": open_ms, "phases_ms_last_open": driver.execute_script(PHASES),
                 "hide_cluster_ms": round(statistics.median(hide), 1),
