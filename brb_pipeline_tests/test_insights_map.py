@@ -654,6 +654,13 @@ def test_3d_labels_are_apart_sized_by_cluster_and_redrawn_on_rotation(tmp_path):
         assert len(driver.find_elements("css selector", ".infolayer g.annotation-scene")) == 24
         assert 4 <= len(shown) < 24 and apart(shown)  # some hidden, none overlapping
         assert 0 in [b[0] for b in shown]  # the biggest cluster's label is always there
+        # the traces rebuilt in the page: one per cluster, hover "label / contact · date / snippet"
+        traces = driver.execute_script(f"return {gd}.data.map(t => [t.name, t.x.length, t.text[0]])")
+        _, pts3, _ = _page_3d(page)
+        assert [[t["name"], t["n"]] for t in pts3["traces"]] == [t[:2] for t in traces]
+        big = df.filter(pl.col("cluster_id") == summ["cluster_id"][0]).row(0, named=True)
+        assert traces[0][2] == (f"<b>{html.escape(big['label'])}</b><br>{big['contact']} · "
+                                f"{big['date']}<br>{html.escape(big['snippet'][:99].rstrip())}…")
         below = driver.execute_script(  # some went below their cluster, their leader line flipped
             "return Array.from(document.querySelectorAll('.infolayer g.annotation-scene .annotation-text-g'))"
             ".filter(t => (t.getAttribute('transform') || '').includes('translate(0,')).length")

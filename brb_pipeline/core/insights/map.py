@@ -3,7 +3,7 @@
 Everything is local-first, nothing is fetched when a page is viewed: the 2-D page
 (:mod:`~brb_pipeline.core.insights.map_page`) is one small self-contained HTML file; the 3-D
 page (:mod:`~brb_pipeline.core.insights.map_3d_page`) carries plotly.js and its points
-gzip-compressed inline (~2 MB, 4.5 MB at 64K chunks); the PNG preview is
+gzip-compressed inline (0.8 MB for 1,000 chunks, 4.9 MB at 64K); the PNG preview is
 :mod:`~brb_pipeline.core.insights.map_png`. Files are written to a temporary name and renamed
 into place, so a failed run keeps the previous map.
 
