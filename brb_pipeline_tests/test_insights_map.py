@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import gzip
+import hashlib
 import html
 import json
 from datetime import date
@@ -64,6 +67,17 @@ class _Checker(HTMLParser):
             self.external.append(src)
 
 
+def _block(page: str, block_id: str) -> str:
+    return page.split(f'<script id="{block_id}" type=')[1].split(">", 1)[1].split("</script>")[0]
+
+
+def _page_3d(page: str) -> tuple[dict, dict, str]:
+    """The 3-D page's parts, unpacked as its loader does: (meta with the plotly layout, the
+    points' JSON, that JSON as text)."""
+    text = gzip.decompress(base64.b64decode(_block(page, "points"))).decode("utf-8")
+    return json.loads(_block(page, "meta")), json.loads(text), text
+
+
 def _raw(text: str) -> str:
     """How the 2-D page embeds a string: JSON without ASCII escapes, "<" as \\u003c."""
     return json.dumps(text, ensure_ascii=False)[1:-1].replace("<", "\\u003c")
@@ -79,15 +93,21 @@ def test_write_map_offline_html_png_and_3d(tmp_path):
         assert text.lstrip().lower().startswith("<!doctype html>") and "</html>" in text
         assert {"html", "head", "body", "script"} <= set(checker.tags)
         assert checker.external == [] and '<script src="http' not in text  # fully offline
-    # 3-D: plotly.js inlined, labels and hover escaped for plotly's HTML subset.
+    # 3-D: plotly.js inlined (packed), labels and hover escaped for plotly's HTML subset.
     text3 = files.html_3d.read_text(encoding="utf-8")
-    assert "Plotly.newPlot" in text3 and len(text3) > 1_000_000
-    assert "Scatter3d" in text3 or '"scatter3d"' in text3
-    for label in ("Travel · flights · airport", "Tarifi · çorbası · mercimek"):
-        assert _js(label) in text3
-    assert _js("Match &lt;b&gt;&amp;&lt;/b&gt; penalty $5 (20)") in text3
-    assert _js("Match <b>&</b> penalty $5") not in text3
-    assert _js("Ayşe") in text3  # hover carries the contact
+    assert "Plotly.newPlot" in text3 and "'scatter3d'" in text3 and len(text3) > 500_000
+    assert "default-src 'none'" in text3  # CSP: nothing may load
+    from brb_pipeline.core.insights.map_3d_page import plotly_js
+    assert gzip.decompress(base64.b64decode(_block(text3, "plotlyjs"))).decode() == plotly_js()
+    meta, pts3, raw3 = _page_3d(text3)
+    assert [t["name"] for t in pts3["traces"]] == [
+        "Travel · flights · airport (20)", "Tarifi · çorbası · mercimek (20)",
+        "Match &lt;b&gt;&amp;&lt;/b&gt; penalty $5 (20)", "Unclustered (3)"]
+    assert [n["text"] for n in meta["layout"]["scene"]["annotations"]] == [
+        html.escape(LABELS[0]), html.escape(LABELS[1]), html.escape(LABELS[2])]
+    assert "<b>&</b>" not in raw3 and "<b>&</b>" not in text3  # no raw markup from a label
+    assert "Ayşe" in pts3["contacts"] and SECRET in pts3["s"]  # hover: contact and snippet
+    assert sum(t["n"] for t in pts3["traces"]) == len(pts3["s"]) == len(pts3["q"][2]) == 63
     # 2-D: a small page of its own, no plotly, no URL fetched, the data inline as JSON.
     text2 = files.html.read_text(encoding="utf-8")
     assert "Plotly" not in text2 and len(text2) < 100_000
@@ -172,24 +192,33 @@ def test_cluster_centres_median():
 
 
 def test_3d_view_uses_its_own_layout_and_partial_summary_is_completed(tmp_path):
-    from brb_pipeline.core.insights.map import as_points, figure_3d
+    from brb_pipeline.core.insights.map import as_points
+    from brb_pipeline.core.insights.map_3d_page import data_3d, layout_3d
     from brb_pipeline.core.insights.map_page import map_data
 
     pts = _points().with_columns((pl.col("x") + 1000).alias("x3"), (pl.col("y") - 1000)
                                  .alias("y3"), (pl.col("z") * 2).alias("z3"))
     df = as_points(pts)
     summ = cluster_summary(df)
-    fig3 = figure_3d(df, summ, "t")
+    d3 = data_3d(df, summ)
     first = df.filter(pl.col("cluster_id") == summ["cluster_id"][0])
-    assert np.allclose(fig3.data[0].x, first["x3"].to_numpy())  # 3-D layout, not the 2-D one
+    n0 = d3["traces"][0]["n"]
+    assert n0 == first.height
+    for a, col in enumerate(("x3", "y3", "z3")):  # 3-D layout, not the 2-D one, to half a step
+        got = d3["lo"][a] + np.array(d3["q"][a][:n0]) * d3["step"][a]
+        assert np.allclose(got, first[col].to_numpy(), rtol=0, atol=d3["step"][a] / 2 + 1e-9)
+        assert max(max(q) for q in d3["q"]) == 65_535 and min(min(q) for q in d3["q"]) == 0
     # labels: scene annotations, each on a member of its cluster in the 3-D layout, biggest first
-    notes = fig3.layout.scene.annotations
+    layout, declutter = layout_3d(df, summ, "t")
+    notes = layout["scene"]["annotations"]
     named = summ.filter(pl.col("cluster_id") >= 0)
-    assert [n.text for n in notes] == [html.escape(x) for x in named["label"]]
+    assert [n["text"] for n in notes] == [html.escape(x) for x in named["label"]]
     for note, cid in zip(notes, named["cluster_id"]):
         members = df.filter(pl.col("cluster_id") == cid)
-        assert ((members["x3"] == note.x) & (members["y3"] == note.y) & (members["z3"] == note.z)).any()
-    assert [n.font.size for n in notes] == sorted((n.font.size for n in notes), reverse=True)
+        assert ((members["x3"] == note["x"]) & (members["y3"] == note["y"])
+                & (members["z3"] == note["z"])).any()
+    assert [n["font"]["size"] for n in notes] == sorted((n["font"]["size"] for n in notes), reverse=True)
+    assert "getElementById('map3d')" in declutter
     data = map_data(df, summ, "t")  # the 2-D page: x, y scaled to the grid, not x3
     assert data["x"][0] == round((df["x"][0] - df["x"].min()) * 10_000
                                  / max(np.ptp(df["x"].to_numpy()), np.ptp(df["y"].to_numpy())))
@@ -287,6 +316,66 @@ def test_html_size_bound_at_demo_size(tmp_path):
     assert ("text " * 24)[:120] not in files.html.read_text(encoding="utf-8")
 
 
+def _random_text(rng, n: int, chars: int = 140) -> list[str]:
+    """Words of random letters: text that compresses worse than any chat (real chat text gzips
+    ~3x, this ~1.7x), so a size bound on it holds for real snippets."""
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    out = []
+    for _ in range(n):
+        words = ["".join(rng.choice(letters, rng.integers(2, 9))) for _ in range(30)]
+        out.append(" ".join(words)[:chars])
+    return out
+
+
+def test_3d_page_carries_plotlys_gl3d_bundle_of_the_installed_version(monkeypatch, tmp_path):
+    """The vendored gl3d bundle is the published file, of the plotly.js version the installed
+    plotly pins (an upgrade of plotly fails here until the bundle is replaced too); without it
+    the page falls back to plotly's full bundle."""
+    from plotly.offline import get_plotlyjs
+
+    from brb_pipeline.core.insights import map_3d_page as page3d
+
+    data = page3d.GL3D_BUNDLE.read_bytes()  # plotly.js-gl3d-dist-min 4.1.1 from npm, unchanged
+    assert hashlib.sha256(data).hexdigest() == \
+        "aab04dcd9c103a92b18723f8c837712fe820f325d0bcd2421e415e8124a75b9f"
+    assert page3d.plotly_js_version(data.decode()) == page3d.plotly_js_version(get_plotlyjs())
+    assert page3d.plotly_js() == data.decode()
+    monkeypatch.setattr(page3d, "GL3D_BUNDLE", tmp_path / "absent.js")
+    assert page3d.plotly_js() == get_plotlyjs()
+    (tmp_path / "old.js").write_text("/** plotly.js (gl3d - minified) v3.0.0 */", encoding="utf-8")
+    monkeypatch.setattr(page3d, "GL3D_BUNDLE", tmp_path / "old.js")
+    assert page3d.plotly_js() == get_plotlyjs()
+
+
+def test_3d_page_bytes_per_point_bounded_and_no_whole_chunk(tmp_path):
+    """The 3-D page at 3,000 points with 140-character snippets of hard-to-compress text: beyond
+    plotly.js, under 120 bytes a point (so 64,000 points fit in 10 MB with plotly.js; the page
+    plotly's write_html made took 230-300), snippets cut to 100 characters."""
+    from brb_pipeline.core.insights.map_3d_page import plotly_js_packed
+
+    rng = np.random.default_rng(5)
+    n = 3_000
+    cid = rng.integers(-1, 30, n)
+    df = pl.DataFrame({"x": rng.normal(size=n) + cid, "y": rng.normal(size=n), "z": rng.normal(size=n),
+                       "cluster_id": cid, "label": [f"topic {c} · words" for c in cid],
+                       "contact": [f"Person {i:03d}" for i in rng.integers(0, 300, n)],
+                       "date": [f"2023-{m:02d}-{d:02d}" for m, d in zip(rng.integers(1, 13, n),
+                                                                      rng.integers(1, 29, n))],
+                       "snippet": _random_text(rng, n)})
+    files = write_map(tmp_path, df, title="t")
+    page = files.html_3d.read_text(encoding="utf-8")
+    plotly_bytes = len(plotly_js_packed())
+    per_point = (len(page.encode("utf-8")) - plotly_bytes) / n
+    print(f"3-D page: {per_point:.1f} bytes a point beyond plotly.js ({plotly_bytes:,})")
+    assert per_point < 120, per_point  # 109.6 here
+    assert plotly_bytes + 64_000 * per_point < 10_000_000
+    _, pts3, raw3 = _page_3d(page)
+    assert max(len(html.unescape(t)) for t in pts3["s"]) == 100  # HTML_SNIPPET_CHARS
+    cuts = {src[:99].rstrip() for src in df["snippet"]}  # points are grouped by cluster
+    assert all(html.unescape(t).rstrip("…") in cuts for t in pts3["s"])
+    assert not any(src[:101] in raw3 or src[:101] in page for src in df["snippet"])
+
+
 def _home_with_map_inputs(home, n: int = 40):
     """A real store (DuckDB from a real partition) and the insights parquet files run_map reads."""
     from brb_pipeline.core.store import duck
@@ -325,11 +414,12 @@ def test_run_map_pages_hold_snippets_never_whole_chunks(tmp_path):
     s, texts = _home_with_map_inputs(tmp_path)
     meta = run_map(s)
     assert meta["points"] == 40 and meta["clusters"] == 2
-    for key in ("html", "html_3d"):
-        page = Path(meta[key]).read_text(encoding="utf-8")
-        assert all(t[:60] in page for t in texts)  # every chunk is there as its snippet
-        assert not any(t in page for t in texts)  # and none whole
+    page3 = Path(meta["html_3d"]).read_text(encoding="utf-8")
+    for page in (Path(meta["html"]).read_text(encoding="utf-8"), page3, _page_3d(page3)[2]):
+        assert not any(t in page for t in texts)  # no chunk whole
         assert not any(t[:SNIPPET_CHARS + 20] in page for t in texts)
+    for page in (Path(meta["html"]).read_text(encoding="utf-8"), _page_3d(page3)[2]):
+        assert all(t[:60] in page for t in texts)  # every chunk is there as its snippet
     assert Path(meta["png"]).stat().st_size > 10_000
 
 
@@ -653,6 +743,13 @@ def test_3d_labels_are_apart_sized_by_cluster_and_redrawn_on_rotation(tmp_path):
         assert len(driver.find_elements("css selector", ".infolayer g.annotation-scene")) == 24
         assert 4 <= len(shown) < 24 and apart(shown)  # some hidden, none overlapping
         assert 0 in [b[0] for b in shown]  # the biggest cluster's label is always there
+        # the traces rebuilt in the page: one per cluster, hover "label / contact · date / snippet"
+        traces = driver.execute_script(f"return {gd}.data.map(t => [t.name, t.x.length, t.text[0]])")
+        _, pts3, _ = _page_3d(page)
+        assert [[t["name"], t["n"]] for t in pts3["traces"]] == [t[:2] for t in traces]
+        big = df.filter(pl.col("cluster_id") == summ["cluster_id"][0]).row(0, named=True)
+        assert traces[0][2] == (f"<b>{html.escape(big['label'])}</b><br>{big['contact']} · "
+                                f"{big['date']}<br>{html.escape(big['snippet'][:99].rstrip())}…")
         below = driver.execute_script(  # some went below their cluster, their leader line flipped
             "return Array.from(document.querySelectorAll('.infolayer g.annotation-scene .annotation-text-g'))"
             ".filter(t => (t.getAttribute('transform') || '').includes('translate(0,')).length")

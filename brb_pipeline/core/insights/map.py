@@ -2,12 +2,13 @@
 
 Everything is local-first, nothing is fetched when a page is viewed: the 2-D page
 (:mod:`~brb_pipeline.core.insights.map_page`) is one small self-contained HTML file; the 3-D
-page, made here, embeds plotly.js inline (~4.6 MB); the PNG preview is
+page (:mod:`~brb_pipeline.core.insights.map_3d_page`) carries plotly.js and its points
+gzip-compressed inline (0.8 MB for 1,000 chunks, 4.9 MB at 64K); the PNG preview is
 :mod:`~brb_pipeline.core.insights.map_png`. Files are written to a temporary name and renamed
 into place, so a failed run keeps the previous map.
 
 Points are one row per chunk with columns ``x, y, z, cluster_id, label, contact, date, snippet``
-(``snippet`` is a short text the caller has already truncated; the 2-D page cuts it further to
+(``snippet`` is a short text the caller has already truncated; both pages cut it further to
 :data:`~brb_pipeline.core.insights.map_page.HTML_SNIPPET_CHARS`). ``x, y`` is the 2-D layout; the
 3-D view uses ``x3, y3, z3`` when given (UMAP's separate 3-D layout), else ``x, y, z``. The HTML
 hover shows contact, date and snippet: the map is the user's own local file.
@@ -17,7 +18,6 @@ never message text.
 
 from __future__ import annotations
 
-import html
 import logging
 import os
 import tempfile
@@ -29,10 +29,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from brb_pipeline.core.insights.map_3d import label_layout
+from brb_pipeline.core.insights.map_3d_page import html_3d
 from brb_pipeline.core.insights.map_page import html_2d
 from brb_pipeline.core.insights.map_png import write_png
-from brb_pipeline.core.insights.map_style import color
 from brb_pipeline.core.insights.subtopics import subtopics
 
 log = logging.getLogger(__name__)
@@ -167,42 +166,6 @@ def _day(text: str | None) -> str:
     return (text or "")[:10]
 
 
-def _trace_name(cluster_id: int, label: str, size: int) -> str:
-    return f"{html.escape(label)} ({size})" if cluster_id >= 0 else f"Unclustered ({size})"
-
-
-def _hover(df: pl.DataFrame) -> list[str]:
-    # Plotly renders a subset of HTML in hover text: escape user text so "<b>" stays literal.
-    out = []
-    for label, contact, date, snippet in zip(df["label"], df["contact"], df["date"],
-                                             df["snippet"]):
-        out.append(f"<b>{html.escape(label)}</b><br>{html.escape(contact)} · "
-                   f"{html.escape(date)}<br>{html.escape(snippet)}")
-    return out
-
-
-def figure_3d(df: pl.DataFrame, summary: pl.DataFrame, title: str) -> Any:
-    """Plotly 3-D figure: one trace per cluster; labels are scene annotations on a member of
-    each cluster, kept apart by a script (:mod:`~brb_pipeline.core.insights.map_3d`)."""
-    import plotly.graph_objects as go
-
-    fig = go.Figure()
-    for row in summary.iter_rows(named=True):
-        part = df.filter(pl.col("cluster_id") == row["cluster_id"])
-        fig.add_trace(go.Scatter3d(
-            x=part["x3"].to_numpy(), y=part["y3"].to_numpy(), z=part["z3"].to_numpy(),
-            mode="markers", name=_trace_name(row["cluster_id"], row["label"], row["size"]),
-            marker={"size": 2 if df.height > 5000 else 3, "color": color(row["cluster_id"]),
-                    "opacity": 0.7},
-            text=_hover(part), hovertemplate="%{text}<extra></extra>",
-        ))
-    scene, script = label_layout(df, summary)  # labels projected, sized, decluttered: map_3d
-    fig.update_layout(title=f"{title} (3-D)", template="plotly_white", height=800,
-                      legend={"itemsizing": "constant"}, scene=scene)
-    fig._brb_post_script = script  # write_html runs it once plotly drew the page
-    return fig
-
-
 def write_map(out_dir: Path, points: pl.DataFrame | Mapping[str, Any],
               clusters: pl.DataFrame | None = None, *, title: str = "Conversation map",
               stem: str = "map", subtopic_rerank: Any | None = None,
@@ -247,7 +210,7 @@ def write_map(out_dir: Path, points: pl.DataFrame | Mapping[str, Any],
     try:
         for target, render in (
             (files.html, lambda p: p.write_text(html_2d(df, summary, title, sub), encoding="utf-8")),
-            (files.html_3d, lambda p: _write_html(p, figure_3d(df, summary, title))),
+            (files.html_3d, lambda p: p.write_text(html_3d(df, summary, title), encoding="utf-8")),
             (files.png, lambda p: write_png(p, df, summary, title)),
         ):
             fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{target.name}.", suffix=".tmp")
@@ -262,13 +225,6 @@ def write_map(out_dir: Path, points: pl.DataFrame | Mapping[str, Any],
     log.info("Insights map - %d points, %d clusters written to %s", df.height,
              int((summary["cluster_id"] >= 0).sum()) if summary.height else 0, out_dir)
     return files
-
-
-def _write_html(path: Path, fig: Any) -> None:
-    # include_plotlyjs=True inlines plotly.js (~4.6 MB): the page works offline, no CDN.
-    fig.write_html(str(path), include_plotlyjs=True, full_html=True,
-                   config={"displaylogo": False, "responsive": True},
-                   post_script=getattr(fig, "_brb_post_script", None))
 
 
 def cluster_centres(xy: np.ndarray, labels: np.ndarray) -> dict[int, tuple[float, float]]:

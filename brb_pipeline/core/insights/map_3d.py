@@ -30,7 +30,7 @@ from brb_pipeline.core.insights.map_style import color
 
 CAMERA_EYE = {"x": 0.95, "y": 0.95, "z": 0.7}
 
-# Runs in the page after plotly drew it; ``{plot_id}`` is plotly's div id (write_html's post_script).
+# Runs in the page after plotly drew it; ``{plot_id}`` is the plot's div id (map_3d_page fills it in).
 DECLUTTER_JS = r"""
 (function () {
   const gd = document.getElementById('{plot_id}');
@@ -119,7 +119,7 @@ def view_ranges(df: pl.DataFrame, anchors: pl.DataFrame, pad: float = 0.06) -> d
 
 def label_layout(df: pl.DataFrame, summary: pl.DataFrame) -> tuple[dict[str, Any], str]:
     """(plotly ``scene`` layout with the axis ranges and one annotation per named cluster,
-    the declutter script for ``write_html(post_script=...)``)."""
+    the declutter script to run once the plot is drawn)."""
     anchors = label_anchors(df, summary)
     ranges = view_ranges(df, anchors)
     biggest = max(1, int(anchors["size"].max())) if anchors.height else 1
