@@ -53,6 +53,9 @@ def test_the_scan_finds_the_person_before_forget(world):
     # each kind of needle is found: name, a handle, a direct-chat phrase, a group-chat line
     needles = world["needles"]
     assert {needles[0], needles[1], needles[-4], needles[-1]} <= {f.needle for f in found}, summary(found)
+    # the 3-D map packs its points (gzip): only its reader shows the person there
+    packed = {f.needle for f in found if f.path.endswith("map_3d.html") and f.where == "html:points"}
+    assert needles[0] in packed, summary(found)
 
 
 def test_plain_deletes_leave_the_person_in_the_bytes(world, tmp_path):

@@ -1,6 +1,6 @@
 """Find strings anywhere under a folder: raw bytes of every file, and every text value of every
 SQLite, DuckDB and Parquet file read with its own reader, and every header and decoded MIME part
-of every Mail ``.emlx`` file.
+of every Mail ``.emlx`` file, and the gzip-compressed blocks of an HTML page (the 3-D map).
 
 Raw bytes find what a reader no longer shows (SQLite free pages, WAL frames, DuckDB row groups
 whose rows are only marked deleted, logs, JSON); the readers find what compression or encoding
@@ -15,6 +15,9 @@ encrypted DuckDB databases give only their raw bytes.
 
 from __future__ import annotations
 
+import base64
+import gzip
+import re
 import shutil
 import sqlite3
 import tempfile
@@ -36,8 +39,8 @@ class Finding:
     Attributes:
         path: the file, relative to the scanned root.
         where: ``bytes`` (raw, UTF-8 or UTF-16), or ``sqlite:<table>.<column>``,
-            ``duckdb:<schema>.<table>.<column>``, ``parquet:<column>``, ``emlx:header`` or
-            ``emlx:body``.
+            ``duckdb:<schema>.<table>.<column>``, ``parquet:<column>``, ``emlx:header``,
+            ``emlx:body`` or ``html:<block id>``.
         needle: what was found.
     """
 
@@ -49,6 +52,8 @@ class Finding:
 def _kind(p: Path) -> str | None:
     if p.name.endswith(".emlx"):
         return "emlx"
+    if p.name.endswith(".html"):
+        return "html"
     with p.open("rb") as f:
         head = f.read(16)
     if head.startswith(SQLITE_MAGIC):
@@ -203,7 +208,24 @@ def _scan_emlx(p: Path, needles: list[str]) -> list[tuple[str, str]]:
     return sorted(set(out))
 
 
-_READERS = {"sqlite": _scan_sqlite, "duckdb": _scan_duckdb, "parquet": _scan_parquet, "emlx": _scan_emlx}
+_PACKED = re.compile(rb'<script id="([\w-]+)" type="application/octet-stream">([A-Za-z0-9+/=\s]+)</script>')
+
+
+def _scan_html(p: Path, needles: list[str]) -> list[tuple[str, str]]:
+    """The gzip+base64 blocks of a page (the 3-D map carries its points so: raw bytes never show
+    their text), unpacked and read as text; a block that does not unpack is read as it is."""
+    out = []
+    for m in _PACKED.finditer(p.read_bytes()):
+        try:
+            text = gzip.decompress(base64.b64decode(m.group(2))).decode("utf-8", "replace")
+        except (ValueError, OSError, EOFError):
+            continue
+        out.extend((f"html:{m.group(1).decode()}", n) for n in _text_hits(text, needles))
+    return sorted(set(out))
+
+
+_READERS = {"sqlite": _scan_sqlite, "duckdb": _scan_duckdb, "parquet": _scan_parquet, "emlx": _scan_emlx,
+            "html": _scan_html}
 
 
 def scan(root: Path, needles: list[str]) -> list[Finding]:
