@@ -65,19 +65,26 @@ def _turn_automation_on(driver, port: int) -> None:
     poll(lambda: _sensor_status(port) == "RUNNING", 30, "the switch starts the sensor")
 
 
-def _open_evaluation(driver, port: int, asset: str, row_xpath: str) -> tuple[str, str]:
-    """Open ``asset``'s Automation tab and the evaluation in the row ``row_xpath`` picks; returns
-    (that row's timestamp as the page shows it, the evaluation dialog's text)."""
+def _open_evaluation(driver, port: int, asset: str, evaluation_id: str) -> tuple[str, dict[str, str]]:
+    """Open ``asset``'s Automation tab and, in it, the evaluation of tick ``evaluation_id``;
+    returns (its result as the tab shows it, its condition tree, :func:`_condition_tree`)."""
     from selenium.webdriver.common.by import By
 
-    driver.get(f"http://127.0.0.1:{port}/assets/{asset}?view=automation")
-    row = poll(lambda: driver.find_elements(By.XPATH, row_xpath), 60, f"{asset}'s Automation tab lists the tick")[0]
-    stamp = row.find_element(By.CSS_SELECTOR, "button [title]").get_attribute("title")
-    row.find_element(By.TAG_NAME, "button").click()
+    def row():  # the tab lists the records newest first, one row each; retried if a tick lands between
+        driver.get(f"http://127.0.0.1:{port}/assets/{asset}?view=automation")
+        poll(lambda: driver.find_elements(By.CSS_SELECTOR, "tbody tr button"), 60, f"{asset}'s tab lists ticks")
+        ids = [r["evaluationId"] for r in _evaluations(port, asset)]
+        rows = driver.find_elements(By.CSS_SELECTOR, "tbody tr")
+        return len(rows) == len(ids) and rows[ids.index(evaluation_id)]
+
+    found = poll(row, 120, f"{asset}'s tab lists the ticks the instance holds")
+    result = found.find_elements(By.TAG_NAME, "td")[1].text.strip()
+    stamp = found.find_element(By.CSS_SELECTOR, "button [title]").get_attribute("title")
+    found.find_element(By.TAG_NAME, "button").click()
     header = f"{asset}\n@\n{stamp}\n"  # the dialog's title, "source_snapshot @ <time>"
     poll(lambda: header in (t := page_text(driver)) and "Condition" in t.split(header)[-1], 30,
          f"{asset}'s evaluation at {stamp} opens")
-    return stamp, _condition_tree(driver)
+    return result, _condition_tree(driver)
 
 
 def _condition_tree(driver) -> dict[str, str]:
@@ -121,13 +128,12 @@ def _two_ticks_in_the_ui(driver, port: int, home, tmp_path) -> None:
     second = poll(lambda: [r for r in _evaluations(port, "source_snapshot") if r["numRequested"]], 90,
                   "a tick after the observation requests the snapshot", every=2)
     tick = second[-1]["evaluationId"]
-    # the asset that will run: its tab lists the requested tick and a "Not requested" one
-    stamp, tree = _open_evaluation(driver, port, "source_snapshot", "//tr[.//*[normalize-space(text())='Requested']]")
-    assert "Not requested" in page_text(driver)
+    # the asset that will run: its tab lists this tick, requested, and the first, not requested
+    result, tree = _open_evaluation(driver, port, "source_snapshot", tick)
+    assert result == "Requested" and "Not requested" in page_text(driver)
     driver.save_screenshot(str(tmp_path / "automation_evaluation.png"))
     assert {k: tree.get(k) for k in WILL_RUN} == WILL_RUN, tree
     # the asset that will not run, at the same tick: nothing it depends on was updated
-    assert any(r["evaluationId"] == tick and not r["numRequested"] for r in _evaluations(port, "chunk_store"))
-    _, tree = _open_evaluation(driver, port, "chunk_store", f"//tr[.//*[@title='{stamp}']]")
-    assert "Not requested" in page_text(driver)
+    result, tree = _open_evaluation(driver, port, "chunk_store", tick)
+    assert result == "Not requested"
     assert {k: tree.get(k) for k in WILL_NOT_RUN} == WILL_NOT_RUN, tree

@@ -64,17 +64,27 @@ def poll(probe: Callable[[], Any], seconds: float, what: str, every: float = 1.0
         time.sleep(every)
 
 
+def _locations_loaded(port: int) -> bool:
+    entries = graphql(port, "{ workspaceOrError { ... on Workspace { locationEntries { loadStatus "
+                            "locationOrLoadError { __typename } } } } }")["workspaceOrError"]["locationEntries"]
+    if any(e["locationOrLoadError"] and e["locationOrLoadError"]["__typename"] == "PythonError" for e in entries):
+        raise AssertionError("the code location failed to load")
+    return bool(entries) and all(e["loadStatus"] == "LOADED" and e["locationOrLoadError"] for e in entries)
+
+
 @contextmanager
 def brb_ui(home: Path, env: Mapping[str, str], log: Path, *, start_s: float = 180) -> Iterator[int]:
-    """``brb ui --home HOME`` on a free port (its stderr in ``log``), once the webserver answers;
-    yields the port. Dagster's "Join the Dagster community" dialog is marked seen (the file
-    ``<home>/dagster/.nux/nux.yaml``), so it opens over no page. On exit the process group is stopped (SIGTERM, then SIGKILL)."""
+    """``brb ui --home HOME`` on a free port (its stderr in ``log``); yields the port once the
+    webserver answers and has loaded the code location. Dagster's "Join the Dagster community"
+    dialog is marked seen (the file ``<home>/dagster/.nux/nux.yaml``), so it opens over no page.
+    On exit the process group is stopped (SIGTERM, then SIGKILL)."""
     port = free_port()
     with open(log, "wb") as out:
         ui = subprocess.Popen([sys.executable, "-m", "brb_pipeline.cli", "ui", "--home", str(home), "--port", str(port)],
                               stdout=subprocess.DEVNULL, stderr=out, env=dict(env), start_new_session=True)
     try:
         wait_http(f"http://127.0.0.1:{port}/server_info", start_s)
+        poll(lambda: _locations_loaded(port), start_s, "the code location loads")  # it answers before
         graphql(port, "mutation { setNuxSeen }")  # what the dialog's Skip does: no dialog over the pages
         yield port
     finally:
