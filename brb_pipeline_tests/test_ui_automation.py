@@ -3,15 +3,18 @@
 A copy of an ingested home, ``brb ui`` (the webserver and the daemon, as a user starts them),
 and a user who turns automation on where the docs say (Automation -> the ``brb_automation``
 switch). The daemon then evaluates every asset's automation condition on its own ticks, 30 s
-apart. Its first tick requests nothing (the home is up to date, and it has seen no version of the
-sources yet). The sources are then observed, as the sensor itself does every minute: the first
-version seen is new, so the next tick requests the ingestion. Each asset's Automation tab lists
-both ticks; the evaluation of the second shows ``source_snapshot`` requested (its condition and
-the sub-conditions that were true) and ``chunk_store`` not requested (nothing it depends on
-changed). The screenshot of ``source_snapshot``'s evaluation is ``docs/dagster/automation_evaluation.png``.
+apart. Its first tick requests nothing (a first evaluation is Dagster's baseline: nothing is new
+since it, and the every-minute observation of the sources waits for a minute to pass). The sources
+are then observed, as that observation does: the first version seen is new, so the next tick
+requests the ingestion. Each asset's Automation tab lists both ticks; the evaluation of the
+second shows ``source_snapshot`` requested (its condition and the sub-conditions that were true)
+and ``chunk_store`` not requested (nothing it depends on changed).
+``docs/dagster/automation_evaluation.png`` is its screenshot of ``source_snapshot``'s evaluation.
 """
 
 from __future__ import annotations
+
+import time
 
 import pytest
 
@@ -53,16 +56,26 @@ def _evaluations(port: int, asset: str) -> list[dict]:
 
 
 def _turn_automation_on(driver, port: int) -> None:
-    """Automation -> the switch on ``brb_automation``'s row, as docs/dagster.md tells a user."""
+    """Automation -> the switch on ``brb_automation``'s row, as docs/dagster.md tells a user. A
+    click before the page has wired the switch does nothing: click again while the sensor is off."""
     from selenium.webdriver.common.by import By
 
     driver.get(f"http://127.0.0.1:{port}/automation")
     switch = "label[contains(@class, 'formatSwitch')]"
-    row = poll(lambda: driver.find_elements(  # the innermost element holding the name and a switch: its row
-        By.XPATH, f"//*[.//*[normalize-space(text())='brb_automation'] and .//{switch}]"),
-        60, "the Automation page lists brb_automation")[-1]
-    row.find_element(By.XPATH, f".//{switch}").click()
-    poll(lambda: _sensor_status(port) == "RUNNING", 30, "the switch starts the sensor")
+
+    def enabled_switch():  # in the innermost element holding the name and a switch: its row
+        rows = driver.find_elements(By.XPATH, f"//*[.//*[normalize-space(text())='brb_automation'] and .//{switch}]")
+        label = rows and rows[-1].find_element(By.XPATH, f".//{switch}")
+        return label and label.find_element(By.TAG_NAME, "input").is_enabled() and label
+
+    for _ in range(3):
+        poll(enabled_switch, 60, "the Automation page lists brb_automation with its switch").click()
+        deadline = time.time() + 10
+        while time.time() < deadline and _sensor_status(port) != "RUNNING":
+            time.sleep(0.5)
+        if _sensor_status(port) == "RUNNING":
+            return
+    raise AssertionError("three clicks on the brb_automation switch did not start it")
 
 
 def _open_evaluation(driver, port: int, asset: str, evaluation_id: str) -> tuple[str, dict[str, str]]:
