@@ -9,52 +9,20 @@ clicks Launch Run and waits for the run and for brb.db to record which batches i
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
-import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from brb_pipeline.demo.generate import build_demo_archive
+from brb_pipeline_tests.helpers.browser import HAVE_BROWSER, brb_ui, chrome, graphql, skip_community_dialog
+from brb_pipeline_tests.helpers.cli import ENV as CLI_ENV
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(
-    not (shutil.which("chromium") and shutil.which("chromedriver") and importlib.util.find_spec("selenium")),
-    reason="needs chromium, chromedriver and selenium",
-)]
-ENV = {**os.environ, "BRB_EMBEDDING_MODEL": "hash", "BRB_HDBSCAN_MIN_CLUSTER_SIZE": "8", "PYTHONUNBUFFERED": "1"}
-ENV.pop("BRB_FAULT", None)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait_http(url: str, seconds: float) -> None:
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=5):
-                return
-        except OSError:
-            time.sleep(1)
-    raise AssertionError(f"{url} did not answer within {seconds} s")
-
-
-def _graphql(port: int, query: str) -> dict:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/graphql", data=json.dumps({"query": query}).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        return json.loads(resp.read())["data"]
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not HAVE_BROWSER, reason="needs chromium, chromedriver and selenium")]
+ENV = {k: v for k, v in CLI_ENV.items() if k != "BRB_FAULT"}
 
 
 def _last_success(db: Path) -> dict | None:
@@ -96,11 +64,11 @@ def _finder_flow(driver, port: int, url: str, name: str, wanted: list[str], home
         time.sleep(2)
     after = _last_success(home / "brb.db")
     assert after["run_id"] != before and sorted(after["batches_processed"]) == wanted
-    run = _graphql(port, f'{{ runOrError(runId: "{run_id}") {{ ... on Run {{ status runConfigYaml tags {{ key value }} }} }} }}')
+    run = graphql(port, f'{{ runOrError(runId: "{run_id}") {{ ... on Run {{ status runConfigYaml tags {{ key value }} }} }} }}')
     run = run["runOrError"]
     assert "partitions" in run["runConfigYaml"] and name not in run["runConfigYaml"]
     assert {"key": "brb/source", "value": "ui"} in run["tags"]
-    children = _graphql(port, '{ runsOrError(filter: {tags: [{key: "brb/parent_run", value: "%s"}]}) '
+    children = graphql(port, '{ runsOrError(filter: {tags: [{key: "brb/parent_run", value: "%s"}]}) '
                               '{ ... on Runs { results { jobName } } } }' % run_id)["runsOrError"]["results"]
     assert {c["jobName"] for c in children} >= {"ingest_job", "batch_job"}
     driver.get(href)  # the partition link opens that partition of the per-batch asset in Dagster
@@ -109,7 +77,6 @@ def _finder_flow(driver, port: int, url: str, name: str, wanted: list[str], home
 
 @pytest.mark.parametrize("encrypted", [False, True], ids=["plaintext", "encrypted"])
 def test_launchpad_with_a_name_runs_that_persons_batch(tmp_path, monkeypatch, encrypted):
-    from selenium import webdriver
     from selenium.common.exceptions import ElementClickInterceptedException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
@@ -144,26 +111,15 @@ def test_launchpad_with_a_name_runs_that_persons_batch(tmp_path, monkeypatch, en
     assert name, "the person's batches must be some of several, else the test proves nothing"
     before = _last_success(home / "brb.db")["run_id"]
 
-    port = _free_port()
     ui_log = tmp_path / "ui.log"  # brb ui's own lines: the person finder's URL
-    with open(ui_log, "wb") as log:
-        ui = subprocess.Popen([sys.executable, "-m", "brb_pipeline.cli", "ui", "--home", str(home), "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=log, env=env, start_new_session=True)
-    opts = webdriver.ChromeOptions()
-    for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
-        opts.add_argument(a)
-    driver = None
-    try:
-        _wait_http(f"http://127.0.0.1:{port}/server_info", 180)
-        driver = webdriver.Chrome(options=opts)
+    with brb_ui(home, env, ui_log) as port, chrome() as driver:
         driver.get(f"http://127.0.0.1:{port}/locations/brb_pipeline/jobs/contact_backfill_job/playground")
         wait = WebDriverWait(driver, 120)
         wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, ".CodeMirror")))
         config = f'ops:\n  backfill_contact_op:\n    config:\n      contact: "{name}"\n      insights: false\n'
         driver.execute_script("document.querySelector('.CodeMirror').CodeMirror.setValue(arguments[0]);", config)
         # a first visit may open Dagster's "Join the community" dialog over the page
-        for skip in driver.find_elements(By.XPATH, "//button[normalize-space(.)='Skip']"):
-            skip.click()
+        skip_community_dialog(driver)
         WebDriverWait(driver, 20).until_not(ec.presence_of_element_located((By.CSS_SELECTOR, ".dagster-backdrop")))
         driver.save_screenshot(str(tmp_path / "launchpad.png"))
         for attempt in range(4):  # the dialog can also open a moment later, over the button
@@ -173,8 +129,7 @@ def test_launchpad_with_a_name_runs_that_persons_batch(tmp_path, monkeypatch, en
                 launch.click()
                 break
             except ElementClickInterceptedException:
-                for skip in driver.find_elements(By.XPATH, "//button[normalize-space(.)='Skip']"):
-                    skip.click()
+                skip_community_dialog(driver)
                 time.sleep(1)
         else:
             raise AssertionError("Launch Run stayed covered by a dialog")
@@ -190,10 +145,10 @@ def test_launchpad_with_a_name_runs_that_persons_batch(tmp_path, monkeypatch, en
         assert sorted(after["batches_processed"]) == wanted  # that person's batches, and only them
         # its child runs: named by what they do, tagged with the UI and their parent, in the
         # code location, so the Overview timeline lists them (and no ephemeral job)
-        children = _graphql(port, '{ runsOrError(filter: {tags: [{key: "brb/source", value: "ui"}]}) '
+        children = graphql(port, '{ runsOrError(filter: {tags: [{key: "brb/source", value: "ui"}]}) '
                                   '{ ... on Runs { results { jobName runId repositoryOrigin { repositoryLocationName } '
                                   'tags { key value } } } } }')["runsOrError"]["results"]
-        parent = {r["runId"] for r in _graphql(port, '{ runsOrError(filter: {pipelineName: "contact_backfill_job"}) '
+        parent = {r["runId"] for r in graphql(port, '{ runsOrError(filter: {pipelineName: "contact_backfill_job"}) '
                                                      '{ ... on Runs { results { runId } } } }')["runsOrError"]["results"]}
         assert {c["jobName"] for c in children} == {"ingest_job", "batch_job", "store_job"}
         assert all({"key": "brb/parent_run", "value": next(iter(parent))} in c["tags"] for c in children)
@@ -202,11 +157,3 @@ def test_launchpad_with_a_name_runs_that_persons_batch(tmp_path, monkeypatch, en
         WebDriverWait(driver, 60).until(lambda d: "batch_job" in d.execute_script("return document.body.innerText"))
         assert "__ephemeral" not in driver.execute_script("return document.body.innerText")
         _finder_flow(driver, port, _finder_url(ui_log), name, wanted, home)
-    finally:
-        if driver is not None:
-            driver.quit()
-        os.killpg(ui.pid, signal.SIGTERM)
-        try:
-            ui.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(ui.pid, signal.SIGKILL)

@@ -13,6 +13,7 @@
 * ``search_store``: a two-contact store whose vectors sit at opposite poles.
 * ``tiny_model``: a random-weight one-layer llama for the mlx-lm labeler.
 * ``mcp``: one stdio session with `brb mcp`.
+* ``browser``: ``brb ui`` on a test home, headless Chromium, Dagster's GraphQL (browser tests).
 
 ``T0``: a fixed tz-aware UTC datetime to build messages around.
 
