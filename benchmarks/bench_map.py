@@ -180,13 +180,17 @@ def measure(n: int) -> dict:
                 "frame_ms": _median(driver, "body", "draw", [""])
                 if driver.execute_script("return !!window.__map") else None,
                 "time_ms": _median(driver, "#hist", "brush", ["", "clear"]),
-                "requests": _requests(driver, path.as_uri()),
-                "severe_console": [e["message"][:200] for e in driver.get_log("browser")
-                                   if e["level"] == "SEVERE"],
+                **_page_checks(driver, path),
             }
         finally:
             driver.quit()
     return res
+
+
+def _page_checks(driver, path: Path) -> dict:
+    """What every page run records: the requests it made beyond the page, its severe console lines."""
+    return {"requests": _requests(driver, path.as_uri()),
+            "severe_console": [e["message"][:200] for e in driver.get_log("browser") if e["level"] == "SEVERE"]}
 
 
 # Installed before any page script (CDP): records when the 3-D page's declutter script first marks
@@ -256,9 +260,7 @@ def measure_3d(n: int, text: str = "words", opens: int = 3) -> dict:
                 "camera_turn_ms": round(statistics.median(turn), 1),
                 "labels_shown": driver.execute_script(
                     "return document.querySelector('[data-labels-shown]').dataset.labelsShown"),
-                "requests": _requests(driver, path.as_uri()),
-                "severe_console": [e["message"][:200] for e in driver.get_log("browser")
-                                   if e["level"] == "SEVERE"],
+                **_page_checks(driver, path),
             }
         finally:
             driver.quit()
