@@ -12,8 +12,8 @@ filler and file tokens are never sub-topic words. Deterministic (seeded).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -23,7 +23,7 @@ from brb_pipeline.core import SEED
 from brb_pipeline.core.insights.labels.base import ClusterDocs, ClusterLabel
 from brb_pipeline.core.insights.labels.ctfidf import TfidfLabeler, _stem, label_phrase
 from brb_pipeline.core.insights.labels.embed import representatives
-from brb_pipeline.core.insights.labels.text import name_tokens, normalize_case, stop_words
+from brb_pipeline.core.insights.labels.text import normalize_case
 
 #: Words of a sub-topic label (the parent's label says the rest).
 LABEL_TERMS = 2
@@ -96,7 +96,7 @@ def subtopics(points: pl.DataFrame, *, min_size: int = 48, per_part: int = 150, 
             parent = emb[np.concatenate(group)].mean(axis=0)
             for d in docs:
                 d.corpus_mean = parent
-        keep = _term_filter(parents.get(cid, set()), names)
+        keep = _term_filter(parents.get(cid, set()))
         for rows, d, lab in zip(group, docs, base):
             terms = [t for t in lab.terms if keep(t)]
             labelled.append(_Part(cid, rows, d, ClusterLabel(
@@ -181,23 +181,21 @@ def _parent_words(points: pl.DataFrame) -> dict[int, set[str]]:
     return out
 
 
-def _term_filter(parent: set[str], names: Sequence[str]) -> Any:
-    """A test for a sub-topic candidate: no word of the parent's label, no name, no filler."""
-    stops, people = stop_words(), name_tokens(names)
+def _term_filter(parent: set[str]) -> Any:
+    """A test for a sub-topic candidate: no word of the parent's label. (Names, stop words and
+    filler never become candidates: the c-TF-IDF tokenizer drops them.)"""
 
     def keep(term: str) -> bool:
         words = normalize_case(term).split()
-        return bool(words) and not any(
-            w in stops or w in people or _stem(w) in parent for w in words)
+        return bool(words) and not any(_stem(w) in parent for w in words)
     return keep
 
 
 def _rerank(rerank: Any | None, parts: list[_Part]) -> list[ClusterLabel]:
     """Every part's label: the re-rank's (one call for all parts, so one embedding batch), the
     c-TF-IDF one where it declines or has nothing; sibling labels kept distinct."""
-    docs = [ClusterDocs(i, p.docs.texts, p.docs.centroid_texts, p.docs.centroid,
-                        p.docs.centroid_model, p.docs.corpus_mean) for i, p in enumerate(parts)]
-    base = [ClusterLabel(i, p.base.label, p.base.terms, p.base.source) for i, p in enumerate(parts)]
+    docs = [replace(p.docs, cluster_id=i) for i, p in enumerate(parts)]  # one id space for one call
+    base = [replace(p.base, cluster_id=i) for i, p in enumerate(parts)]
     labels = base
     if rerank is not None and any(b.terms for b in base):
         refined = rerank.refine(docs, base)
