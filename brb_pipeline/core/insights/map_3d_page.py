@@ -36,7 +36,7 @@ import numpy as np
 import polars as pl
 
 from brb_pipeline.core.insights.map_3d import label_layout
-from brb_pipeline.core.insights.map_page import HTML_SNIPPET_CHARS
+from brb_pipeline.core.insights.map_page import cut_snippet
 from brb_pipeline.core.insights.map_style import color
 
 #: plotly.js's gl3d partial bundle, as published on npm (``plotly.js-gl3d-dist-min`` 4.1.1, MIT:
@@ -44,10 +44,6 @@ from brb_pipeline.core.insights.map_style import color
 GL3D_BUNDLE = Path(__file__).with_name("vendor") / "plotly-gl3d.min.js"
 GRID = 65_535  # coordinates are integers 0..GRID per axis: 1/65,535 of the span, below a pixel
 PLOT_ID = "map3d"
-
-
-def _cut(text: str, n: int = HTML_SNIPPET_CHARS) -> str:
-    return text if len(text) <= n else text[:n - 1].rstrip() + "…"
 
 
 def _codes(values: list[str]) -> tuple[list[str], list[int]]:
@@ -92,7 +88,7 @@ def data_3d(df: pl.DataFrame, summary: pl.DataFrame) -> dict[str, Any]:
     dates, d = _codes([html.escape(v) for v in df["date"].to_list()])
     return {"traces": traces, "lo": lo.tolist(), "step": step.tolist(),
             "q": [q[:, i].tolist() for i in range(3)], "contacts": contacts, "dates": dates,
-            "k": k, "d": d, "s": [html.escape(_cut(v)) for v in df["snippet"].to_list()]}
+            "k": k, "d": d, "s": [html.escape(cut_snippet(v)) for v in df["snippet"].to_list()]}
 
 
 def plotly_js_version(code: str) -> str | None:

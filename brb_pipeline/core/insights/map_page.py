@@ -21,6 +21,11 @@ import polars as pl
 from brb_pipeline.core.insights.map_style import color, map_subtitle
 
 HTML_SNIPPET_CHARS = 100  # hover and list text per point; the page never holds whole chunks
+
+
+def cut_snippet(text: str, n: int = HTML_SNIPPET_CHARS) -> str:
+    """``text`` cut to ``n`` characters (an ellipsis last when cut): what a map page shows of a chunk."""
+    return text if len(text) <= n else text[:n - 1].rstrip() + "…"
 HTML_GRID = 10_000  # coordinates are integers 0..HTML_GRID (a 1e-4 step is below a pixel)
 
 
@@ -58,8 +63,7 @@ def map_data(df: pl.DataFrame, summary: pl.DataFrame, title: str, *,
         grid = np.empty((0, 2), dtype=np.int64)
     subs = [_sub_row(t, index[t["cluster_id"]], lo, scale)
             for t in (sub or []) if len(xy) and t["cluster_id"] in index]
-    snippets = [s if len(s) <= snippet_chars else s[:snippet_chars - 1].rstrip() + "…"
-                for s in df["snippet"].to_list()]
+    snippets = [cut_snippet(s, snippet_chars) for s in df["snippet"].to_list()]
     return {"title": title, "subtitle": map_subtitle(df, summary), "clusters": clusters,
             "contacts": contacts, "dates": dates, "x": grid[:, 0].tolist(),
             "y": grid[:, 1].tolist(), "c": [index[c] for c in df["cluster_id"].to_list()],
