@@ -12,11 +12,13 @@ from brb_pipeline.core.insights.labels import (
     ClusterDocs,
     ClusterLabel,
     LabelCache,
+    MASH_TERM,
     LabelChain,
     MLXLMLabeler,
     TfidfLabeler,
     build_prompt,
     label_clusters,
+    keyboard_mash,
     label_phrase,
     membership_hash,
     message_bodies,
@@ -123,6 +125,29 @@ def test_tokenize_keeps_gaps_so_bigrams_do_not_bridge_removed_words():
             ClusterDocs(1, ["Me (10:00): football match tonight"] * 3)]
     terms = TfidfLabeler().label(docs)[0].terms
     assert "pasta night" in terms and "pizza pasta" not in terms
+
+
+@pytest.mark.parametrize("token", ["asd", "asdfas", "dfd", "fds", "sdfjasd", "jkl", "xcvb", "bcdefghijk"])
+def test_keyboard_mash_is_not_a_word(token):
+    assert keyboard_mash(token)
+    assert tokenize(f"{token} lisbon") == ["lisbon"]
+    assert tokenize(f"{token} lisbon", keep_gaps=True, mash=True) == [None, MASH_TERM, None, "lisbon"]
+
+
+@pytest.mark.parametrize("word", ["has", "sad", "salad", "flask", "nasa", "sash", "adds", "qwerty",
+                                  "fps", "html", "jollof", "chorizo", "mercimek", "çorbası", "東京"])
+def test_keyboard_mash_leaves_words_alone(word):
+    assert not keyboard_mash(word)
+
+
+def test_keyboard_mash_is_never_a_term_but_names_its_cluster():
+    mash = [f"Me ({10 + i}:00): asdfas dfd sdfjasd" for i in range(4)]
+    trip = [f"Me ({10 + i}:00): lisbon trip flights, asd sorry" for i in range(4)]
+    labels = TfidfLabeler().label([ClusterDocs(0, mash), ClusterDocs(1, trip)])
+    assert labels[0].terms[0] == MASH_TERM and labels[0].label.startswith("Keyboard mash")
+    words = {w for lab in labels for t in lab.terms for w in t.split()}
+    assert not words & {"asdfas", "dfd", "sdfjasd", "asd"}
+    assert MASH_TERM not in labels[1].terms[:3]  # one slip of the keys does not name a trip
 
 
 def test_tfidf_noise_empty_and_textless_clusters():
@@ -553,7 +578,7 @@ def test_cache_is_not_reused_across_labeler_kinds_or_versions(tmp_path):
     old.save()
     tfidf, hits = label_clusters(LabelChain(TfidfLabeler()), docs, members, LabelCache(path))
     assert hits == 0 and "Old" not in {lab.label for lab in tfidf}
-    assert labeler_kind(TfidfLabeler()) == "tfidf/v2" == LabelChain(TfidfLabeler()).kind
+    assert labeler_kind(TfidfLabeler()) == "tfidf/v3" == LabelChain(TfidfLabeler()).kind
 
     def refined(model_id: str) -> LabelChain:
         return _rerank(TableEmbedder({}, strict=False, model_id=model_id))
@@ -564,12 +589,12 @@ def test_cache_is_not_reused_across_labeler_kinds_or_versions(tmp_path):
     assert hits == 4 and again == first
     _, hits = label_clusters(refined("table@2"), docs, members, LabelCache(path))  # new weights
     assert hits == 0
-    assert refined("table@1").kind == "tfidf/v2+embed/v3(c=30,d=0.3,w=0.3,core):table@1"
+    assert refined("table@1").kind == "tfidf/v3+embed/v3(c=30,d=0.3,w=0.3,core):table@1"
     assert refined("table@1").kind != _rerank(TableEmbedder({}, model_id="table@1"), diversity=0.5).kind
     # The LLM's namespace includes the kind it refines, so new keywords are new prompts.
     llm = MLXLMLabeler(tmp_path / "m")
     assert LabelChain(TfidfLabeler(), *refined("table@1").refiners, llm).kind != LabelChain(
-        TfidfLabeler(), llm).kind == "llm:m|tfidf/v2"
+        TfidfLabeler(), llm).kind == "llm:m|tfidf/v3"
 
 
 def test_refiner_is_asked_only_about_changed_clusters(tmp_path):

@@ -35,6 +35,8 @@ from brb_pipeline.core.insights.labels.llm import (
 )
 from brb_pipeline.core.insights.labels.text import (
     CHAT_FILLER,
+    MASH_TERM,
+    keyboard_mash,
     message_bodies,
     name_tokens,
     normalize_case,
@@ -43,10 +45,10 @@ from brb_pipeline.core.insights.labels.text import (
 )
 
 __all__ = [
-    "CHAT_FILLER", "LABEL_KEEP_OVERLAP", "NOISE_LABEL", "ClusterDocs", "ClusterLabel",
+    "CHAT_FILLER", "LABEL_KEEP_OVERLAP", "MASH_TERM", "NOISE_LABEL", "ClusterDocs", "ClusterLabel",
     "EmbeddingLabeler", "LabelCache", "LabelChain", "Labeler", "LabelerModelMissingError",
     "MLXLMLabeler", "Refiner", "TfidfLabeler", "build_prompt", "keep_by_overlap",
-    "label_clusters", "label_phrase", "labeler_kind", "make_labeler", "membership_hash",
+    "keyboard_mash", "label_clusters", "label_phrase", "labeler_kind", "make_labeler", "membership_hash",
     "message_bodies", "mmr", "name_tokens", "normalize_case", "parse_topic", "representatives",
     "stop_words", "tokenize",
 ]

@@ -15,7 +15,7 @@ from brb_pipeline.core.insights.labels.llm import MLXLMLabeler
 
 
 def labeler_kind(labeler: Any) -> str:
-    """Cache namespace of a base labeler: its ``kind`` (name, version, e.g. "tfidf/v2"), else its
+    """Cache namespace of a base labeler: its ``kind`` (name, version, e.g. "tfidf/v3"), else its
     ``source``."""
     return str(getattr(labeler, "kind", None) or getattr(labeler, "source", type(labeler).__name__))
 
@@ -35,7 +35,7 @@ class LabelChain:
     @property
     def kind(self) -> str:
         """Cache namespace of the chain's labels: each refiner wraps the kind before it, e.g.
-        "llm:model|tfidf/v2+embed/v3(c=30,d=0.3,w=0.3,core):all-MiniLM-L6-v2@051e2de6"."""
+        "llm:model|tfidf/v3+embed/v3(c=30,d=0.3,w=0.3,core):all-MiniLM-L6-v2@051e2de6"."""
         kind = labeler_kind(self.base)
         for refiner in self.refiners:
             kind = refiner.kind_of(kind)

@@ -3,7 +3,9 @@
 Each cluster's chunk texts form one class document; terms frequent in the cluster and rare
 elsewhere win (c-TF-IDF, as in BERTopic: ``tf(t, c) * log(1 + avg_words_per_class / freq(t))``).
 Sender prefixes and header lines are stripped first and the sender names dropped, so labels
-describe what people talk about, not who talks.
+describe what people talk about, not who talks. Keyboard mash ("asdfas", "dfd") is never a term
+itself: each run of it counts as the term "keyboard mash", so a cluster of mashed keys is called
+that and any other cluster loses nothing.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ class TfidfLabeler:
     """
 
     source = "tfidf"
-    VERSION = 2  # 2: more chat filler, contact names dropped
+    VERSION = 3  # 2: more chat filler, contact names dropped; 3: keyboard mash is one term
     kind = f"tfidf/v{VERSION}"
 
     def __init__(self, *, n_terms: int = 10, label_terms: int = 3,
@@ -70,7 +72,7 @@ class TfidfLabeler:
                 drop = name_words(senders) | self.names
                 doc: list[str | None] = []
                 for text in texts:  # a gap between messages too: no n-gram spans two
-                    doc += tokenize(text, drop, keep_gaps=True) + [None]
+                    doc += tokenize(text, drop, keep_gaps=True, mash=True) + [None]
                 docs.append(doc)
                 owner.append(ci)
         results: list[ClusterLabel] = []

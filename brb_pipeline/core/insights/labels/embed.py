@@ -219,7 +219,7 @@ def _said_centrally(pool: list[str], central: Sequence[str], least: int) -> list
     grams: set[str] = set()
     for content in central:
         for text in message_bodies(content)[0]:
-            toks = [t for t in tokenize(text) if t]
+            toks = [t for t in tokenize(text, mash=True) if t]
             grams.update(toks)
             grams.update(" ".join(p) for p in zip(toks, toks[1:]))
     kept = [t for t in pool if t in grams]

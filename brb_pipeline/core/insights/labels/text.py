@@ -125,6 +125,44 @@ def message_bodies(content: str) -> tuple[list[str], set[str]]:
     return texts, senders
 
 
+#: What a run of keyboard mash ("asdfas", "dfd", "sdfjasd") counts as in a cluster's terms: one
+#: readable term in place of the junk itself, so a cluster of mashed keys is called that.
+MASH_TERM = "keyboard mash"
+_KEY_ROWS = ("qwertyuiop", "asdfghjkl", "zxcvbnm")
+_KEY_AT = {c: (r, i) for r, row in enumerate(_KEY_ROWS) for i, c in enumerate(row)}
+_ASCII_WORD = re.compile(r"[a-z]{3,}")
+
+
+def _side_keys(a: str, b: str) -> bool:
+    """Keys next to each other on the home or bottom row (the top row spells too many words)."""
+    pa, pb = _KEY_AT.get(a), _KEY_AT.get(b)
+    return pa is not None and pb is not None and pa[0] == pb[0] > 0 and abs(pa[1] - pb[1]) == 1
+
+
+def keyboard_mash(token: str) -> bool:
+    """Whether a lower-case token is keys hit at random, not a word: most of its letter pairs are
+    neighbouring home- or bottom-row keys, one of them without the vowel ``a`` ("asd", "dfd",
+    "sdfjasd"), or it runs 4+ letters down the alphabet ("bcdefghijk").
+
+    No whole word of the bundled model's 30,522-token English vocabulary (21,358 of 3+ letters)
+    is flagged: "has", "sad", "flask", "salad", "nasa" and "sash" pass. Only a-z tokens are
+    judged; other scripts never are.
+    """
+    if not _ASCII_WORD.fullmatch(token):
+        return False
+    pairs = list(zip(token, token[1:]))
+    side = [a != "a" and b != "a" and _side_keys(a, b) for a, b in pairs]
+    near = sum(_side_keys(a, b) for a, b in pairs)
+    if any(side) and near >= 2 and near >= 0.6 * len(pairs):
+        return True
+    run = 1
+    for a, b in pairs:
+        run = run + 1 if ord(b) - ord(a) == 1 else 1
+        if run >= 4:
+            return True
+    return False
+
+
 _ELONGATED = re.compile(r"(.)\1{2,}")  # "yesss" -> "yes", "soooo" -> "so"
 _LAUGH_FIRST = frozenset("ahlxjkwхه")
 _LAUGH = re.compile(r"^(?:(?:a?h+a+)+h?|(?:h+e+)+h?|l+o+l+(?:o+l+)*|x+d+|(?:ja)+j?|(?:ha)+|"
@@ -132,15 +170,18 @@ _LAUGH = re.compile(r"^(?:(?:a?h+a+)+h?|(?:h+e+)+h?|l+o+l+(?:o+l+)*|x+d+|(?:ja)+
 
 
 def tokenize(text: str, drop: frozenset[str] | set[str] = frozenset(), *,
-             keep_gaps: bool = False) -> list[str | None]:
-    """Unicode-aware word tokens (length >= 2), lower-cased; stop words, laughter and ``drop``
-    removed; letters repeated 3+ times collapsed ("yesss" -> "yes").
+             keep_gaps: bool = False, mash: bool = False) -> list[str | None]:
+    """Unicode-aware word tokens (length >= 2), lower-cased; stop words, laughter, keyboard mash
+    (:func:`keyboard_mash`) and ``drop`` removed; letters repeated 3+ times collapsed ("yesss"
+    -> "yes").
 
     Args:
         text: one message text.
         drop: extra tokens to remove (e.g. sender-name parts).
         keep_gaps: put ``None`` where a token was removed, so n-grams are not formed across
             removed words ("science (is) born" must not become the bigram "science born").
+        mash: a keyboard-mash token becomes :data:`MASH_TERM` (between gaps with
+            ``keep_gaps``, so it joins no n-gram) instead of being dropped.
 
     Returns:
         Tokens in order (with ``None`` gaps when ``keep_gaps``).
@@ -148,10 +189,15 @@ def tokenize(text: str, drop: frozenset[str] | set[str] = frozenset(), *,
     stops = stop_words()
     out: list[str | None] = []
     for tok in _WORD.findall(_ELONGATED.sub(r"\1", normalize_case(text))):
-        if (len(tok) < 2 or tok in stops or tok in drop
+        junk = keyboard_mash(tok)
+        if (junk or len(tok) < 2 or tok in stops or tok in drop
                 or (tok[0] in _LAUGH_FIRST and _LAUGH.match(tok))):
             if keep_gaps and (not out or out[-1] is not None):
                 out.append(None)
+            if junk and mash:
+                out.append(MASH_TERM)
+                if keep_gaps:
+                    out.append(None)
             continue
         out.append(tok)
     return out
