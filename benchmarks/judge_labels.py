@@ -39,6 +39,11 @@ on the two dev halves (18 clusters): v1 14/18, v2 14/18, v3 16/18 (central candi
 weight 0 also 16/18, fewer topical first words: 11 vs 12). Its test half was then scored once.
 The representatives v3 draws from are the ones the reference words were written from, so v3's
 gain may partly be that overlap; the sets cannot tell.
+
+Sets 3 (``labels_frozen_24k.json``) and 4 (``labels_frozen_40k.json``) were written from
+``--dump --sample 10`` by an annotator who saw only that file. Set 4 came after the keyboard-mash
+rule; the labeler was declared on the dev halves of sets 2-4 and set 4's test half read once
+(``benchmarks/results/labels_judged.md``).
 """
 
 from __future__ import annotations

@@ -127,14 +127,14 @@ def test_tokenize_keeps_gaps_so_bigrams_do_not_bridge_removed_words():
     assert "pasta night" in terms and "pizza pasta" not in terms
 
 
-@pytest.mark.parametrize("token", ["asd", "asdfas", "dfd", "fds", "sdfjasd", "jkl", "xcvb", "bcdefghijk"])
+@pytest.mark.parametrize("token", ["asd", "asdfas", "dfd", "fds", "sdfjasd", "jladfljfjasd", "alsdjf", "laksjdf", "adgasdfasd", "jkl", "xcvb", "bcdefghijk"])
 def test_keyboard_mash_is_not_a_word(token):
     assert keyboard_mash(token)
     assert tokenize(f"{token} lisbon") == ["lisbon"]
     assert tokenize(f"{token} lisbon", keep_gaps=True, mash=True) == [None, MASH_TERM, None, "lisbon"]
 
 
-@pytest.mark.parametrize("word", ["has", "sad", "salad", "flask", "nasa", "sash", "adds", "qwerty",
+@pytest.mark.parametrize("word", ["has", "sad", "salad", "salads", "alaska", "dallas", "flask", "nasa", "sash", "adds", "qwerty",
                                   "fps", "html", "jollof", "chorizo", "mercimek", "çorbası", "東京"])
 def test_keyboard_mash_leaves_words_alone(word):
     assert not keyboard_mash(word)

@@ -130,7 +130,9 @@ def message_bodies(content: str) -> tuple[list[str], set[str]]:
 MASH_TERM = "keyboard mash"
 _KEY_ROWS = ("qwertyuiop", "asdfghjkl", "zxcvbnm")
 _KEY_AT = {c: (r, i) for r, row in enumerate(_KEY_ROWS) for i, c in enumerate(row)}
+_HOME_ROW = frozenset(_KEY_ROWS[1])
 _ASCII_WORD = re.compile(r"[a-z]{3,}")
+_CONSONANT_RUN = re.compile(r"[sdfghjkl]{4}")
 
 
 def _side_keys(a: str, b: str) -> bool:
@@ -142,7 +144,10 @@ def _side_keys(a: str, b: str) -> bool:
 def keyboard_mash(token: str) -> bool:
     """Whether a lower-case token is keys hit at random, not a word: most of its letter pairs are
     neighbouring home- or bottom-row keys, one of them without the vowel ``a`` ("asd", "dfd",
-    "sdfjasd"), or it runs 4+ letters down the alphabet ("bcdefghijk").
+    "sdfjasd"; half of them in a home-row-only token of 5+ letters, "adgasdfasd"), or, in a token of home-row letters only, four consonants in a row ("alsdjf",
+    "laksjdf", "jladfljfjasd"), or it runs 4+ letters down
+    the alphabet ("bcdefghijk"). Two letters are never judged: "sd", "cv" and "vc" are words of
+    the vocabulary below.
 
     No whole word of the bundled model's 30,522-token English vocabulary (21,358 of 3+ letters)
     is flagged: "has", "sad", "flask", "salad", "nasa" and "sash" pass. Only a-z tokens are
@@ -151,9 +156,12 @@ def keyboard_mash(token: str) -> bool:
     if not _ASCII_WORD.fullmatch(token):
         return False
     pairs = list(zip(token, token[1:]))
+    if len(token) >= 4 and set(token) <= _HOME_ROW and _CONSONANT_RUN.search(token):
+        return True  # "alsdjf", "laksjdf": English spells no 4 home-row consonants in a row
     side = [a != "a" and b != "a" and _side_keys(a, b) for a, b in pairs]
     near = sum(_side_keys(a, b) for a, b in pairs)
-    if any(side) and near >= 2 and near >= 0.6 * len(pairs):
+    home = set(token) <= _HOME_ROW and len(token) >= 5  # "adgasdfasd": a long one needs half
+    if any(side) and near >= 2 and near >= (0.5 if home else 0.6) * len(pairs):
         return True
     run = 1
     for a, b in pairs:
