@@ -6,6 +6,7 @@ The token pattern is Unicode-aware (Turkish, Arabic with diacritics, Cyrillic, C
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Iterable
@@ -141,13 +142,18 @@ def _side_keys(a: str, b: str) -> bool:
     return pa is not None and pb is not None and pa[0] == pb[0] > 0 and abs(pa[1] - pb[1]) == 1
 
 
+@functools.lru_cache(maxsize=1 << 16)  # on every token labelling reads: words repeat, so judge each once
 def keyboard_mash(token: str) -> bool:
-    """Whether a lower-case token is keys hit at random, not a word: most of its letter pairs are
-    neighbouring home- or bottom-row keys, one of them without the vowel ``a`` ("asd", "dfd",
-    "sdfjasd"; half of them in a home-row-only token of 5+ letters, "adgasdfasd"), or, in a token of home-row letters only, four consonants in a row ("alsdjf",
-    "laksjdf", "jladfljfjasd"), or it runs 4+ letters down
-    the alphabet ("bcdefghijk"). Two letters are never judged: "sd", "cv" and "vc" are words of
-    the vocabulary below.
+    """Whether a lower-case token is keys hit at random, not a word. It is when:
+
+    - most of its letter pairs are neighbouring home- or bottom-row keys, one of them without
+      the vowel ``a`` ("asd", "dfd", "sdfjasd"; half of them in a home-row-only token of 5+
+      letters, "adgasdfasd");
+    - a token of home-row letters only has four consonants in a row ("alsdjf", "laksjdf",
+      "jladfljfjasd");
+    - it runs 4+ letters down the alphabet ("bcdefghijk").
+
+    Two letters are never judged: "sd", "cv" and "vc" are words of the vocabulary below.
 
     No whole word of the bundled model's 30,522-token English vocabulary (21,358 of 3+ letters)
     is flagged: "has", "sad", "flask", "salad", "nasa" and "sash" pass. Only a-z tokens are
