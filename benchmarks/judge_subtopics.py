@@ -41,7 +41,6 @@ from bench_labels import FILLER  # noqa: E402
 from judge_labels import topical  # noqa: E402
 
 from brb_pipeline.config.settings import Settings  # noqa: E402
-from brb_pipeline.core import SEED  # noqa: E402
 from brb_pipeline.core.insights import subtopics as st  # noqa: E402
 from brb_pipeline.core.insights.labels import message_bodies, name_tokens  # noqa: E402
 
@@ -51,7 +50,7 @@ def parts_of(s: Settings) -> tuple[Any, list[tuple[int, Any]], str]:
     from brb_pipeline.stages.insights import _map_data
 
     points, _, _, _ = _map_data(s, vectors=False)
-    parts = st._split(points, min_size=48, per_part=150, max_parts=5, max_clusters=12, seed=SEED)
+    parts = st._split(points)  # the map's own defaults
     h = hashlib.sha256(";".join(f"{c}:" + ",".join(map(str, rows.tolist())) for c, rows in parts).encode())
     return points, parts, h.hexdigest()[:16]
 

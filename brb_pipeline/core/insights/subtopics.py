@@ -29,6 +29,9 @@ from brb_pipeline.core.insights.labels.text import normalize_case
 LABEL_TERMS = 2
 #: c-TF-IDF candidates per part, as the cluster labels' re-rank reads.
 CANDIDATES = 30
+#: How the map splits: clusters of MIN_SIZE+ chunks, the MAX_CLUSTERS biggest, into about one part
+#: per PER_PART chunks (2 to MAX_PARTS).
+MIN_SIZE, PER_PART, MAX_PARTS, MAX_CLUSTERS = 48, 150, 5, 12
 
 
 @dataclass
@@ -41,8 +44,8 @@ class _Part:
     base: ClusterLabel
 
 
-def subtopics(points: pl.DataFrame, *, min_size: int = 48, per_part: int = 150, max_parts: int = 5,
-              max_clusters: int = 12, docs_per_part: int = 200, names: Iterable[str] = (),
+def subtopics(points: pl.DataFrame, *, min_size: int = MIN_SIZE, per_part: int = PER_PART,
+              max_parts: int = MAX_PARTS, max_clusters: int = MAX_CLUSTERS, docs_per_part: int = 200, names: Iterable[str] = (),
               seed: int = SEED, rerank: Any | None = None, embeddings: np.ndarray | None = None,
               embedding_model: str | None = None) -> list[dict[str, Any]]:
     """Sub-topic labels of the big clusters of ``points``.
@@ -105,10 +108,12 @@ def subtopics(points: pl.DataFrame, *, min_size: int = 48, per_part: int = 150, 
     return _placed(labelled, labels, xy)
 
 
-def _split(points: pl.DataFrame, min_size: int, per_part: int, max_parts: int, max_clusters: int,
-           seed: int) -> list[tuple[int, np.ndarray]]:
+def _split(points: pl.DataFrame, min_size: int = MIN_SIZE, per_part: int = PER_PART,
+           max_parts: int = MAX_PARTS, max_clusters: int = MAX_CLUSTERS,
+           seed: int = SEED) -> list[tuple[int, np.ndarray]]:
     """(cluster id, row indices of one part) for every part of every split cluster, biggest
-    clusters first, parts in k-means order."""
+    clusters first, parts in k-means order; the defaults are the map's (``judge_subtopics.py``
+    splits as the map does by calling this with none given)."""
     from sklearn.cluster import KMeans
     from threadpoolctl import threadpool_limits
 
