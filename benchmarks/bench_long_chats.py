@@ -75,14 +75,14 @@ class Windows:
         self.texts = [r[6] or "" for r in rows]
         self.meta = {r[0]: r for r in rows}
 
-    def passages(self, ranked: Sequence[str]) -> list[str]:
+    def groups(self, ranked: Sequence[str]) -> list[list[str]]:
+        """The chunk ids of each passage brb's merging makes from ``ranked``, in position order."""
         spans = [Span(c, self.meta[c][1], self.meta[c][2], self.meta[c][3], self.meta[c][4], 0.0, i, [c])
                  for i, c in enumerate(ranked[:DEPTH])]
-        out = []
-        for g in merge_overlapping(spans)[:K]:
-            members = sorted(g.chunk_ids, key=lambda c: self.meta[c][5])
-            out.append(merge_lines([self.meta[c][6] or "" for c in members]))
-        return out
+        return [sorted(g.chunk_ids, key=lambda c: self.meta[c][5]) for g in merge_overlapping(spans)[:K]]
+
+    def passages(self, ranked: Sequence[str]) -> list[str]:
+        return [merge_lines([self.meta[c][6] or "" for c in members]) for members in self.groups(ranked)]
 
 
 class Peers:
@@ -115,13 +115,17 @@ class Peers:
         order = np.argsort(-(self.vecs @ v), kind="stable")[:DEPTH]
         return [self.w.ids[int(i)] for i in order]
 
-    def systems(self) -> dict[str, Callable[[str], list[str]]]:
+    def ranked(self) -> dict[str, Callable[[str], list[str]]]:
+        """Each peer's ranked chunk ids for a query."""
         return {
-            "peer: BM25 (bm25s)": lambda q: self.w.passages(self.bm25_ids(q)),
-            "peer: MiniLM (sentence-transformers)": lambda q: self.w.passages(self.minilm_ids(q)),
-            "peer: RRF(BM25, MiniLM)": lambda q: self.w.passages(
-                [d for d, _ in rrf_fuse([self.bm25_ids(q), self.minilm_ids(q)], k=60)]),
+            "peer: BM25 (bm25s)": self.bm25_ids,
+            "peer: MiniLM (sentence-transformers)": self.minilm_ids,
+            "peer: RRF(BM25, MiniLM)": lambda q: [d for d, _ in rrf_fuse([self.bm25_ids(q), self.minilm_ids(q)], k=60)],
         }
+
+    def systems(self) -> dict[str, Callable[[str], list[str]]]:
+        """Each peer's passages for a query, merged as brb merges."""
+        return {name: (lambda q, f=f: self.w.passages(f(q))) for name, f in self.ranked().items()}
 
 
 def brb_systems(searcher: Any, variants: dict[str, dict[str, Any]]) -> dict[str, Callable[[str], list[str]]]:

@@ -17,7 +17,12 @@ hit of the same chat, search latency on the open store (the query embedding time
 and the relevance floor: the cosine of the best candidate for answerable questions and for the
 same questions with the target's contact filtered out (``--calibrate`` picks the floor on dev).
 
-    .venv/bin/python benchmarks/bench_retrieval.py --home ~/.brb-full [--half test|dev] [-k 10]
+    .venv/bin/python benchmarks/bench_retrieval.py --home ~/.brb-full [--half test|dev] [-k 10] [--peers]
+
+``--peers`` adds, in the same run, plain BM25 (``bm25s``), the same MiniLM through
+sentence-transformers and their RRF over the store's chunks, merged into passages as brb merges
+them (``bench_long_chats.Peers``; without routing, so a question naming a contact searches
+everyone). The MiniLM peer encodes every chunk, minutes at 64K chunks on two cores.
 
 ``--home`` is an ingested home of the full demo archive (``brb demo --messages 0 --home DIR``).
 Writes ``benchmarks/results/retrieval_<half>.json`` (``--out`` to change).
@@ -323,6 +328,29 @@ def ask(searcher: Any, questions: Sequence[Mapping[str, Any]], relevant: Mapping
     return rows
 
 
+def peer_rows(con: Any, questions: Sequence[Mapping[str, Any]], relevant: Mapping[str, set[str]],
+              k: int) -> dict[str, list[dict[str, Any]]]:
+    """:func:`ask`'s rows for the peers of ``bench_long_chats.Peers`` over the store's chunks, their
+    ranked chunks merged into passages as brb merges them. Peers have no routing: a question that
+    names a contact is searched over everyone."""
+    from bench_long_chats import Peers, Windows
+
+    w = Windows(con)
+    t = time.perf_counter()
+    peers = Peers(w)
+    print(f"peers: {len(w.ids):,} chunks indexed and encoded in {time.perf_counter() - t:.0f} s")
+    out: dict[str, list[dict[str, Any]]] = {}
+    for name, ranked in peers.ranked().items():
+        rows = []
+        for q in questions:
+            t = time.perf_counter()
+            hits = [{"chunk_ids": g} for g in w.groups(ranked(q["question"]))[:k]]
+            rows.append({"id": q["id"], "kind": q["kind"], "rank": hit_rank(hits, relevant[q["id"]]), "dup": 0,
+                         "slots": len(hits), "search_ms": (time.perf_counter() - t) * 1000})
+        out[name] = rows
+    return out
+
+
 def report(rows: Sequence[Mapping[str, Any]], k: int, boot: int) -> dict[str, Any]:
     out = {"all": quality([r["rank"] for r in rows], mrr_at=k, boot=boot)}
     for kind in KINDS:
@@ -384,6 +412,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--bootstrap", type=int, default=1000)
     ap.add_argument("--only", default="", help="comma-separated variant names to run (default: all)")
     ap.add_argument("--calibrate", action="store_true", help="pick the relevance floor (use on dev)")
+    ap.add_argument("--peers", action="store_true",
+                    help="also run plain BM25 (bm25s), MiniLM via sentence-transformers and their RRF over the "
+                         "store's chunks (benchmarks/setup_bench.sh installs them; encodes every chunk)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
@@ -428,6 +459,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             per_question[name] = [r["rank"] for r in rows]
             if name == "hybrid (default)":
                 default_rows = rows
+        if args.peers:
+            for name, rows in peer_rows(searcher.con, questions, relevant, args.k).items():
+                reports[name] = report(rows, args.k, args.bootstrap)
+                per_question[name] = [r["rank"] for r in rows]
         floor: dict[str, Any] = {}
         if "hybrid (default)" in reports:
             absent = floor_samples(searcher, questions, target_contact, embedder)

@@ -333,3 +333,22 @@ def test_children_map_back_to_the_parent_holding_their_middle_message():
     assert P._merge_rank([a[0], a[1], b[0]], info, {b[0]}, k=10) == 2
     assert P._merge_rank([a[0], a[3], b[0]], info, {a[3]}, k=10) == 2  # another conversation of chat a
     assert P._merge_rank([a[0], b[0]], info, {b[0]}, k=1) is None  # cut at k passages
+
+
+def test_peer_passages_merge_windows_as_brb_and_are_judged_by_their_chunks():
+    import duckdb
+
+    L = _load("bench_long_chats")
+    msgs, chunks = _chunked()
+    con = duckdb.connect()
+    con.register("chunks", chunks.to_arrow())
+    w = L.Windows(con)
+    a = chunks.filter(pl.col("chat_id") == "imessage:a").sort("position")["chunk_id"].to_list()
+    b = chunks.filter(pl.col("chat_id") == "imessage:b")["chunk_id"].to_list()
+    groups = w.groups([a[1], b[0], a[0], a[3]])
+    # a[0] and a[1] overlap (stride 4 of 8): one passage at a[1]'s rank; b next; a[3] is chat a's
+    # later conversation, its own passage.
+    assert groups == [[a[0], a[1]], [b[0]], [a[3]]]
+    assert w.passages([a[1], b[0]])[1] == w.meta[b[0]][6]
+    hits = [{"chunk_ids": g} for g in groups]
+    assert B.hit_rank(hits, {a[0]}) == 1 and B.hit_rank(hits, {a[3]}) == 3 and B.hit_rank(hits, {"z"}) is None
