@@ -27,6 +27,7 @@ from brb_pipeline.core.store import duck
 from brb_pipeline.core.errors import StoreError
 from brb_pipeline.core.progress import Progress
 from brb_pipeline.core.store.index import build_fts, build_hnsw, index_status
+from brb_pipeline.core.store.line_index import index_lines, line_index_due
 from brb_pipeline.core.store.topic_index import index_topics, topic_index_due
 from brb_pipeline.core.store.chunks import LoadMemoryError, load_partitions, store_stats
 from brb_pipeline.privacy.forget import drop_retired
@@ -274,7 +275,7 @@ def _index_stage(s: Settings, kind: str, build: Callable[[Any], Any], force: boo
         con = duck.connect(s.duckdb_path, read_only=True)
         try:
             status = index_status(con)
-            topics_due = topics is not None and topic_index_due(con)
+            topics_due = topics is not None and (topic_index_due(con) or line_index_due(con))
         finally:
             con.close()
         info = status.get(kind, {})
@@ -311,9 +312,11 @@ def _hnsw(s: Settings) -> Callable[[Any], Any]:
     return lambda con: build_hnsw(con, m=s.hnsw_m, ef_construction=s.hnsw_ef_construction)
 
 
-def _topics(s: Settings, embedder: Callable[[Settings], Any] | None, force: bool = False) -> Callable[[Any], dict]:
-    """The topic summaries' vectors and indexes (:mod:`brb_pipeline.core.store.topic_index`);
-    the embedder is loaded only when a topic needs a vector."""
+def _topics(s: Settings, embedder: Callable[[Settings], Any] | None, force: bool = False,
+            progress: Progress | None = None) -> Callable[[Any], dict]:
+    """The topic summaries' vectors and indexes (:mod:`brb_pipeline.core.store.topic_index`) and
+    the chunks' message-line vectors (:mod:`brb_pipeline.core.store.line_index`); the embedder
+    is loaded only when a topic or a line needs a vector."""
     def load() -> Any:
         if embedder is not None:
             return embedder(s)
@@ -321,8 +324,16 @@ def _topics(s: Settings, embedder: Callable[[Settings], Any] | None, force: bool
 
         return load_embedder(s.embedding)
 
-    return lambda con: index_topics(con, load, force=force, m=s.hnsw_m, ef_construction=s.hnsw_ef_construction,
-                                    region=s.default_region)
+    def run(con: Any) -> dict:
+        out = index_topics(con, load, force=force, m=s.hnsw_m, ef_construction=s.hnsw_ef_construction,
+                           region=s.default_region)
+        return {**out, **index_lines(con, load, progress=lines_done if progress else None)}
+
+    def lines_done(done: int, total: int) -> None:  # the saving stage's 45-70 %, by chunks embedded
+        progress.update("saving", 45 + 25 * done / max(total, 1), "embedding message lines",
+                        count=done, unit="chunks")
+
+    return run
 
 
 def run_vector_index(s: Settings, force: bool = False, progress: Progress | None = None,
@@ -330,7 +341,7 @@ def run_vector_index(s: Settings, force: bool = False, progress: Progress | None
     """HNSW (cosine) over the chunk embeddings, built after every load (or when forced), and
     the topic summaries' vectors, HNSW and BM25 (``embedder``: gives the store's model, default
     the process's one for ``s``)."""
-    return _index_progress(s, "hnsw", _hnsw(s), force, progress, _topics(s, embedder, force))
+    return _index_progress(s, "hnsw", _hnsw(s), force, progress, _topics(s, embedder, force, progress))
 
 
 def run_text_index(s: Settings, force: bool = False, progress: Progress | None = None) -> dict[str, Any]:

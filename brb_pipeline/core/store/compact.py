@@ -20,7 +20,7 @@ from brb_pipeline.core.store import index as index_mod
 from brb_pipeline.core.store.duck import META_DDL, get_meta, table_exists
 from brb_pipeline.core.store.chunks import stored_facts
 from brb_pipeline.core.memory.tables import PROFILES_DDL, TOPICS_DDL
-from brb_pipeline.core.store import topic_index
+from brb_pipeline.core.store import line_index, topic_index
 from brb_pipeline.core.store.schema import table_ddl
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,8 @@ def _remove(paths: Iterable[Path]) -> None:
 def compact_without(path: Path, contact_ids: Iterable[str]) -> int:
     """Replace the store at ``path`` by a fresh copy without the chunks of ``contact_ids``.
 
-    The ``chunks`` rows that are kept and the ``meta`` table are copied into ``<path>.compact``;
+    The ``chunks`` rows that are kept (and their ``line_vectors``) and the ``meta`` table are
+    copied into ``<path>.compact``;
     the HNSW and BM25 indexes that existed are rebuilt there with the same parameters; the file
     is checkpointed, closed and renamed over ``path``, and a leftover ``<path>.wal`` removed. A
     failure before the rename leaves the old store as it was (the half-written copy is removed).
@@ -86,6 +87,7 @@ def compact_without(path: Path, contact_ids: Iterable[str]) -> int:
             # index facts are written again by the rebuilds below
             con.execute(f"INSERT INTO meta SELECT * FROM {duck.CATALOG}.main.meta WHERE key NOT IN ('hnsw', 'fts')")
         topics_kept = _copy_memory(con, doomed, dim)
+        line_index.copy_kept(con, duck.CATALOG)  # the kept chunks' line vectors only
         con.execute("CHECKPOINT")
         con.execute(f"USE {duck.CATALOG}")
         con.execute(f"DETACH {_NEW}")
