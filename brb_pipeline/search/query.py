@@ -253,6 +253,7 @@ class Searcher:
             "model": self.stored_model, "vector_strategy": res.vector_strategy, "latency_ms": latency_ms,
             "timings_ms": res.timings_ms, "confident": res.confident, "top_similarity": res.top_similarity,
             "specific": res.specific, "lexical_coverage": res.lexical_coverage, "phrases": res.phrases,
+            "lines_reranked": res.lines_reranked,
             "merged": res.merged, **({"profile": profile} if profile else {}),
             "hits": hits}
 

@@ -25,9 +25,11 @@ from brb_pipeline.core import DEFAULT_REGION
 from brb_pipeline.core.errors import StoreError
 from brb_pipeline.core.search.fusion import (Fusion, Span, fuse, is_specific, merge_lines, merge_overlapping, mmr_order,
                                       phrase_first, quoted_phrases, specific_terms)
+from brb_pipeline.core.search import lines as lines_mod
 from brb_pipeline.core.search.sql import Filters, lexical_sql, store_state, term_stats_sql, vector_sql
 from brb_pipeline.core.search.topics import TopicHit, interleave, joint, split, topic_candidates, topic_hits
-from brb_pipeline.core.store.index import REBUILD_HINT, fts_query_text
+from brb_pipeline.core.store import line_index
+from brb_pipeline.core.store.index import FTS_SCHEMA, REBUILD_HINT, fts_query_text
 
 if TYPE_CHECKING:  # a one-shot search never loads it (nor pyarrow, which it needs)
     from brb_pipeline.core.search.resident import Resident
@@ -79,6 +81,7 @@ class SearchResult:
     phrases: list[str] = field(default_factory=list)  # quoted phrases, matched exactly (ranked first)
     top_similarity: float | None = None  # best cosine similarity of any candidate
     confident: bool | None = None  # top_similarity >= the floor, or a specific term matched; None: not judged
+    lines_reranked: bool = False  # hybrid: candidates re-ranked by their best message line (:mod:`.lines`)
     timings_ms: dict[str, float] = field(default_factory=dict)
 
 
@@ -331,12 +334,35 @@ def _lexical_candidates(c: duckdb.DuckDBPyConnection, q: _Query
 
 def _ranked(rows_of: _Rows, q: _Query, result: SearchResult, fusion: Fusion, vec: list, lex: list
             ) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
-    """The fused chunks and topics; chunks that hold every quoted phrase of the query first."""
+    """The fused chunks and topics; in hybrid mode re-ranked by their best message line
+    (:func:`_by_lines`); chunks that hold every quoted phrase of the query first."""
     fused, fused_topics = split(_fuse(q.mode, vec, lex, fusion, result.specific, result.lexical_coverage))
     result.phrases = quoted_phrases(q.lexical_text)
+    texts: dict[str, tuple] | None = None
+    if q.mode == "hybrid" and fused:
+        fused, texts = _by_lines(rows_of, q, fused, result)
     if result.phrases:
-        fused = phrase_first(fused, rows_of.fetch([c for c, _ in fused], "chunk_id, content"), result.phrases)
+        if texts is None:
+            texts = rows_of.fetch([c for c, _ in fused], "chunk_id, content")
+        fused = phrase_first(fused, texts, result.phrases)
     return fused, fused_topics
+
+
+def _by_lines(rows_of: _Rows, q: _Query, fused: list[tuple[str, float]], result: SearchResult
+              ) -> tuple[list[tuple[str, float]], dict[str, tuple] | None]:
+    """``fused`` re-ranked with its windows' best message line (:mod:`.lines`), when the store
+    has line vectors of its model; and the texts read for it (None when none were read)."""
+    ids = [c for c, _ in fused]
+    vectors = rows_of.lines(ids, q.dim)
+    if not vectors:
+        return fused, None
+    texts = rows_of.fetch(ids, "chunk_id, content")
+    query_terms = lines_mod.terms(q.lexical_text)
+    df, num_docs = rows_of.term_df(query_terms)
+    lex_order = lines_mod.line_bm25_order(ids, {c: r[-1] for c, r in texts.items()}, query_terms, df, num_docs)
+    vec_order = lines_mod.line_vector_order(ids, vectors, q.vec)
+    result.lines_reranked = True
+    return lines_mod.rerank(fused, lex_order, vec_order), texts
 
 
 def _fuse(mode: str, vec_rows: list[tuple[str, float]], lex_rows: list[tuple[str, float]], fusion: Fusion,
@@ -415,6 +441,19 @@ class _Rows:
             return self.resident.embeddings(chunk_ids)
         return _embeddings(self.con, chunk_ids, dim)
 
+    def lines(self, chunk_ids: list[str], dim: int | None) -> dict[str, np.ndarray]:
+        """chunk_id -> its message lines' unit vectors; {} when the store has none of its model."""
+        if self.resident is not None:
+            return self.resident.line_vectors(chunk_ids)
+        return _line_vectors(self.con, chunk_ids, dim)
+
+    def term_df(self, terms: list[str]) -> tuple[dict[str, int], int]:
+        """The chunk index's document frequency of each of ``terms`` it holds, and its document count."""
+        if self.resident is not None:
+            r = self.resident
+            return {t: r.dictionary[t][1] for t in terms if t in r.dictionary}, r.num_docs
+        return _term_df(self.con, terms)
+
 
 def _fetch(con: duckdb.DuckDBPyConnection, chunk_ids: list[str], columns: str) -> dict[str, tuple]:
     """chunk_id -> ``columns`` (chunk_id first) for the ids still in the store."""
@@ -425,6 +464,26 @@ def _fetch(con: duckdb.DuckDBPyConnection, chunk_ids: list[str], columns: str) -
         f"SELECT {columns} FROM chunks WHERE list_contains(?::VARCHAR[], chunk_id)", [chunk_ids]
     ).fetchall()
     return {r[0]: r for r in rows}
+
+
+def _line_vectors(con: duckdb.DuckDBPyConnection, chunk_ids: list[str], dim: int | None) -> dict[str, np.ndarray]:
+    if not chunk_ids or dim is None or not line_index.present(con):
+        return {}
+    rows = con.execute(f"SELECT chunk_id, vectors FROM {line_index.LINE_VECTORS} "
+                       "WHERE list_contains(?::VARCHAR[], chunk_id)", [chunk_ids]).fetchall()
+    return {cid: line_index.dequantize(blob, dim) for cid, blob in rows if blob}
+
+
+def _term_df(con: duckdb.DuckDBPyConnection, terms: list[str]) -> tuple[dict[str, int], int]:
+    if not terms:
+        return {}, 0
+    try:
+        df = dict(con.execute(f"SELECT term, df FROM {FTS_SCHEMA}.dict WHERE list_contains(?::VARCHAR[], term)",
+                              [list(dict.fromkeys(terms))]).fetchall())
+        n = con.execute(f"SELECT num_docs FROM {FTS_SCHEMA}.stats").fetchone()
+    except duckdb.Error as exc:
+        raise StoreError(f"text index damaged ({type(exc).__name__}): {REBUILD_HINT}") from None
+    return {t: int(v) for t, v in df.items()}, int(n[0]) if n else 0
 
 
 def _embeddings(con: duckdb.DuckDBPyConnection, chunk_ids: list[str], dim: int | None) -> np.ndarray:

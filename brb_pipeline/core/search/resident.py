@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from brb_pipeline.core.search.sql import Filters, store_state
 from brb_pipeline.core.errors import StoreError
+from brb_pipeline.core.store import line_index
 from brb_pipeline.core.store.index import FTS_PARAMS, FTS_SCHEMA, REBUILD_HINT
 
 _K1, _B = 1.2, 0.75  # as lexical_sql and DuckDB's match_bm25
@@ -110,6 +111,8 @@ class Resident:
     doc_len: np.ndarray  # indexed length per row (float64)
     num_docs: int
     avgdl: float
+    line_ptr: np.ndarray | None = None  # row i's message-line vectors are line_vecs[line_ptr[i]:line_ptr[i + 1]]
+    line_vecs: np.ndarray | None = None  # (lines, dim) int8, as stored (:mod:`..store.line_index`)
 
     @classmethod
     def load(cls, con: duckdb.DuckDBPyConnection) -> Resident:
@@ -137,8 +140,27 @@ class Resident:
                    contact_codes, contact_index, channel_codes, channel_index, _micros(tbl.column("start_ts")),
                    _micros(tbl.column("end_ts")), dictionary, ptr, postings, doc_len, num_docs, avgdl)
         del tbl
+        held.line_ptr, held.line_vecs = cls._load_lines(con, row_of, state[3])
         pa.default_memory_pool().release_unused()  # the fetched table's buffers (~100 MB at 64K chunks)
         return held
+
+    @staticmethod
+    def _load_lines(con: duckdb.DuckDBPyConnection, row_of: dict[str, int], dim: int | None
+                    ) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """The stored line vectors in row order (int8, a quarter of float32's memory), or Nones."""
+        if dim is None or not line_index.present(con):
+            return None, None
+        tbl = con.execute(f"SELECT chunk_id, vectors FROM {line_index.LINE_VECTORS}").fetch_arrow_table()
+        blobs: list[bytes | None] = [None] * len(row_of)
+        for cid, blob in zip(tbl.column("chunk_id").to_pylist(), tbl.column("vectors").to_pylist(), strict=True):
+            i = row_of.get(cid)
+            if i is not None:
+                blobs[i] = blob
+        counts = np.fromiter((len(b) // dim if b else 0 for b in blobs), dtype=np.int64, count=len(blobs))
+        ptr = np.zeros(len(blobs) + 1, dtype=np.int64)
+        np.cumsum(counts, out=ptr[1:])
+        vecs = np.frombuffer(b"".join(b for b in blobs if b), dtype=np.int8).reshape(-1, dim)
+        return ptr, vecs
 
     @staticmethod
     def _load_bm25(con: duckdb.DuckDBPyConnection, row_of: dict[str, int], n: int) -> tuple:
@@ -256,6 +278,18 @@ class Resident:
 
     def embeddings(self, chunk_ids: Sequence[str]) -> np.ndarray:
         return self.vectors[[self.row_of[c] for c in chunk_ids]]
+
+    def line_vectors(self, chunk_ids: Sequence[str]) -> dict[str, np.ndarray]:
+        """chunk_id -> its message lines' unit vectors (float32); {} when the store has none."""
+        if self.line_ptr is None or self.line_vecs is None:
+            return {}
+        out = {}
+        for cid in chunk_ids:
+            i = self.row_of.get(cid)
+            if i is not None and self.line_ptr[i + 1] > self.line_ptr[i]:
+                v = self.line_vecs[self.line_ptr[i]:self.line_ptr[i + 1]].astype(np.float32)
+                out[cid] = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), np.float32(1e-12))
+        return out
 
 
 def _and(a: np.ndarray | None, b: np.ndarray) -> np.ndarray:
