@@ -61,6 +61,11 @@ def test_first_ingest_fills_every_store(ingested):
 
         st = index_status(con)
         assert st["ready"] and st["hnsw"]["rows"] == st["fts"]["rows"] == result["chunks"]
+        # every chunk's message lines have vectors (parent-child search), one row per chunk
+        assert con.execute("SELECT count(*), count(DISTINCT chunk_id) FROM line_vectors").fetchone() == (
+            result["chunks"], result["chunks"])
+        assert con.execute("SELECT count(*) FROM chunks c LEFT JOIN line_vectors l USING (chunk_id) "
+                           "WHERE l.chunk_id IS NULL").fetchone()[0] == 0
     finally:
         con.close()
     assert (s.insights_dir / "map.html").stat().st_size > 10_000
@@ -117,20 +122,25 @@ def test_model_change_reembeds_everything_and_never_mixes(tmp_path):
     class Other(HashEmbedder):  # another model: other id, other dimension
         def __init__(self):
             super().__init__(dim=32)
-            self.texts = 0
+            self.seen = []
 
         def embed(self, texts):
-            self.texts += len(texts)
+            self.seen.extend(texts)
             return super().embed(texts)
 
     other = Other()
     again = run_ingest(s, embedder=other, analyze=False)
     assert sorted(again["batches_processed"]) == sorted(first["batches_processed"])
-    assert other.texts == again["chunks"] == first["chunks"]  # every chunk re-embedded
     con = duck.connect(s.duckdb_path, read_only=True)
     try:
+        stored = {t for (t,) in con.execute("SELECT embedding_text FROM chunks").fetchall()}
+        assert sum(t in stored for t in other.seen) == again["chunks"] == first["chunks"]  # every chunk re-embedded
         assert con.execute("SELECT DISTINCT embedding_model FROM chunks").fetchall() == [("hash-32",)]
         assert duck.get_meta(con, "dim") == 32
+        # the message lines too: with the new model, at its width
+        assert duck.get_meta(con, "line_index")["embedding_model"] == "hash-32"
+        assert con.execute("SELECT count(*), bool_and(octet_length(vectors) = lines * 32) FROM line_vectors"
+                           ).fetchone() == (again["chunks"], True)
     finally:
         con.close()
 
@@ -165,7 +175,9 @@ def test_incremental_new_messages_reembed_only_their_batch(tmp_path):
     res = run_ingest(s, embedder=emb, analyze=False)
     assert res["batches_processed"] == [target["batch"]]
     # only the windows touched by the 6 new messages are embedded, not the whole batch
-    assert 0 < emb.texts <= 4 < batch_before
+    assert 0 < emb.chunk_texts(s) <= 4 < batch_before
+    # and only their message lines (at most 8 to a window), not the batch's
+    assert 0 < emb.texts - emb.chunk_texts(s) <= 4 * 8
     hits = run_search(s, "zanzibar ferry", embedder=HashEmbedder(dim=64), mode="lexical", k=3)["hits"]
     assert hits and hits[0]["contact_id"] == target["contact_id"]
 
