@@ -96,6 +96,28 @@ class Children:
         v = np.asarray(self.embedder.embed_query(q), dtype=np.float32)
         return self._to_parents(np.argsort(-(self.vecs @ v), kind="stable")[:DEPTH])
 
+    def pool(self, q: str, chunks: Sequence[str]) -> tuple[list[str], list[str]]:
+        """``chunks`` (a search's candidate pool) re-ranked by their best child: by BM25, by cosine."""
+        import bm25s
+
+        v = np.asarray(self.embedder.embed_query(q), dtype=np.float32)
+        cos = self.vecs @ v
+        toks = bm25s.tokenize([q], stopwords="en", show_progress=False)
+        inv = {i: t for t, i in toks.vocab.items()}
+        lex = (self.bm25.get_scores([inv[i] for i in toks.ids[0]]) if toks.vocab else np.zeros(len(self.texts)))
+        best_v: dict[str, float] = {}
+        best_l: dict[str, float] = {}
+        want = set(chunks)
+        for i, parents in enumerate(self.parents):
+            for c in parents:
+                if c in want:
+                    best_v[c] = max(best_v.get(c, -9.0), float(cos[i]))
+                    best_l[c] = max(best_l.get(c, 0.0), float(lex[i]))
+        order = {c: n for n, c in enumerate(chunks)}
+        bv = sorted(best_v, key=lambda c: (-best_v[c], order[c]))
+        bl = sorted((c for c in best_l if best_l[c] > 0), key=lambda c: (-best_l[c], order[c]))
+        return bl, bv
+
 
 def variants() -> dict[str, Callable[[dict[str, list[str]]], list[str]]]:
     """Ways to combine brb's chunk list with the two child lists (each ``lists -> ranked chunks``)."""
@@ -126,6 +148,12 @@ def variants() -> dict[str, Callable[[dict[str, list[str]]], list[str]]]:
         return top + [c for c in L["brb"] if c not in top]
 
     out["brb top2, child-lex 1, child-vec 1"] = both_first
+
+    def pool(wl: float, wv: float) -> Callable[[dict[str, list[str]]], list[str]]:
+        return lambda L: [d for d, _ in rrf_fuse([L["brb"], L["plex"], L["pvec"]], k=60, weights=[1.0, wl, wv])]
+
+    for wl, wv in ((0.0, 0.25), (0.0, 0.5), (0.25, 0.25), (0.25, 0.5), (0.5, 0.5)):
+        out[f"pool rrf brb+{wl}*clex+{wv}*cvec"] = pool(wl, wv)
     return out
 
 
@@ -151,6 +179,7 @@ def collect(half: str, work: Path, reuse: bool) -> tuple[list[tuple[Any, dict[st
                 res = searcher.search(q.text, k=DEPTH, merge=False, log=False)
                 lists = {"brb": [h["chunk_id"] for h in res["hits"] if h["kind"] == "chunk"],
                          "clex": ch.lex(q.text), "cvec": ch.vec(q.text), "_w": w}
+                lists["plex"], lists["pvec"] = ch.pool(q.text, lists["brb"])
                 lists.update({f"sys:{name}": fn(q.text) for name, fn in systems.items()})
                 out.append((q, lists))
     return out, cost
