@@ -133,6 +133,7 @@ def brb_systems(searcher: Any, variants: dict[str, dict[str, Any]]) -> dict[str,
         return lambda q: [h["text"] or "" for h in searcher.search(q, k=K, log=False, **opts)["hits"]]
 
     out = {f"brb {m}" + (" (default)" if m == "hybrid" else ""): run({"mode": m}) for m in BRB_MODES}
+    out["brb hybrid without the line re-rank"] = run({"mode": "hybrid", "lines": False})
     out.update({name: run(opts) for name, opts in variants.items()})
     return out
 

@@ -289,6 +289,7 @@ def variants(s: Settings) -> list[tuple[str, dict[str, Any]]]:
     out = [("lexical", {"mode": "lexical"}), ("vector", {"mode": "vector"}), ("hybrid (default)", {"mode": "hybrid"}),
            # the one-shot `brb search` path: SQL, so HNSW (ef_search from the settings) instead of exact vectors
            ("hybrid on the one-shot SQL path", {"mode": "hybrid", SQL_PATH: True}),
+           ("hybrid without the line re-rank", {"mode": "hybrid", "lines": False}),
            ("hybrid, no merging", {"mode": "hybrid", "merge": False}),
            ("vector, no merging", {"mode": "vector", "merge": False}),
            ("hybrid, diversity 0.7", {"mode": "hybrid", "diversity": 0.7}),

@@ -15,8 +15,8 @@ from brb_pipeline.core.store import chunks as store
 from brb_pipeline.core.store import duck, index
 from brb_pipeline.core.store.compact import compact_without
 from brb_pipeline.core.store.duck import get_meta, set_meta
-from brb_pipeline.core.store.line_index import (LINE_VECTORS, child_texts, dequantize, index_lines, line_index_due,
-                                                present, quantize)
+from brb_pipeline.core.store.line_index import (LINE_KEY_INDEX, LINE_VECTORS, child_texts, dequantize, fetch_sql,
+                                                index_lines, line_index_due, present, quantize)
 from brb_pipeline_tests.helpers.store import DIM, make_chunks
 
 MODEL = "m@1"
@@ -57,6 +57,10 @@ def _store(tmp_path, n=12):
     return con, emb
 
 
+def _has_key_index(con) -> bool:
+    return con.execute("SELECT count(*) FROM duckdb_indexes() WHERE index_name = ?", [LINE_KEY_INDEX]).fetchone()[0] == 1
+
+
 def _never():
     raise AssertionError("the embedder was asked for with nothing to embed")
 
@@ -87,6 +91,10 @@ def test_lines_are_embedded_once_and_kept_in_step_with_the_chunks(tmp_path):
     assert out["lines_embedded"] == len(emb.asked) == len(set(emb.asked)) == 24 * 7
     assert con.execute(f"SELECT sum(lines), min(octet_length(vectors)) FROM {LINE_VECTORS}").fetchone() == (
         24 * 7, 7 * DIM)
+    assert _has_key_index(con)
+    ids = ["chat-ann:1", "chat-bob:2", "no such chunk", "it's"]  # a quote in an id is a literal, not SQL
+    assert sorted(r[0] for r in con.execute(fetch_sql(ids)).fetchall()) == ["chat-ann:1", "chat-bob:2"]
+    assert con.execute(fetch_sql([])).fetchall() == []
     # nothing changed: nothing embedded, the embedder never loaded
     assert index_lines(con, _never)["lines_embedded"] == 0
     # a chunk gone and a chunk whose text grew: one row deleted, one embedded again
@@ -126,7 +134,7 @@ def test_forgetting_a_contact_leaves_none_of_its_line_vectors(tmp_path):
     con = duck.connect(tmp_path / "brb.duckdb", read_only=True)
     ids = [r[0] for r in con.execute(f"SELECT chunk_id FROM {LINE_VECTORS} ORDER BY chunk_id").fetchall()]
     assert ids == [f"chat-ann:{i}" for i in sorted(range(12), key=str)]
-    assert present(con) and not line_index_due(con)
+    assert present(con) and not line_index_due(con) and _has_key_index(con)
 
 
 def test_line_orders_rank_windows_by_their_best_line():
@@ -139,10 +147,19 @@ def test_line_orders_rank_windows_by_their_best_line():
     q = np.eye(4, dtype=np.float32)[0]
     vecs = {"a": np.eye(4, dtype=np.float32)[[1, 2]], "b": np.eye(4, dtype=np.float32)[[1, 0]]}
     assert lines.line_vector_order(["a", "b", "c"], vecs, q) == ["b", "a"]
+    # a line saying too few words does not count (its "Sender (hh:mm): " prefix aside)
+    said = {"a": "Ann (10:00): the pottery fair was great fun\nAnn (10:01): two words",
+            "b": "Bob (11:00): the weather today is grey\nBob (11:01): ok"}
+    vecs = {"a": np.array([[0.6, 0.8, 0, 0], [0, 0, 1, 0]], np.float32), "b": np.eye(4, dtype=np.float32)[[1, 0]]}
+    assert lines.line_vector_order(["a", "b"], vecs, q, said, min_words=0) == ["b", "a"]
+    assert lines.line_vector_order(["a", "b"], vecs, q, said, min_words=3) == ["a", "b"]  # b's match was "ok"
     fused = [("a", 0.9), ("b", 0.8), ("c", 0.7)]
     assert lines.rerank(fused, [], []) == fused
-    got = lines.rerank(fused, ["c"], ["c", "b"])
+    got = lines.rerank(fused, ["c"], ["c", "b"], weights=(1.0, 0.25, 0.5))
     assert [c for c, _ in got][0] == "c" and {c for c, _ in got} == {"a", "b", "c"}
+    # the default: line vectors at half the fused list's weight, line BM25 off
+    assert lines.WEIGHTS == (1.0, 0.0, 0.5) and lines.rerank(fused, ["c"], []) == fused
+    assert [c for c, _ in lines.rerank(fused, [], ["b"])] == ["b", "a", "c"]
     assert {c for c, _ in lines.rerank(fused, ["zz"], ["zz"])} == {"a", "b", "c"}  # never adds a window
 
 

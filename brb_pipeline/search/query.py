@@ -198,6 +198,7 @@ class Searcher:
         log: bool = True,
         started: float | None = None,
         dates: bool = True,
+        lines: bool = True,
     ) -> dict[str, Any]:
         """One search, as a JSON-able dict (docs/search.md lists the fields).
 
@@ -216,6 +217,8 @@ class Searcher:
             dates: read a date said in words ("last summer", "in May 2023", "two weeks ago") into
                 ``since``/``until`` (:mod:`brb_pipeline.core.search.dates`), shown in
                 ``routing["dates"]``; an explicit ``since`` or ``until`` wins and the words are not read.
+            lines: hybrid mode re-ranks its candidates by their best message line (the store's
+                line vectors); False keeps the fused order (benchmarks compare the two).
         """
         t0 = time.perf_counter() if started is None else started
         s = self.settings
@@ -233,7 +236,7 @@ class Searcher:
         # A routed name is cut from what is embedded, but BM25 still ranks on the whole question:
         # in a group chat the filter no longer says who said what, and "Priya" in a line still counts.
         res = search(self.con, query_text=text, query_vec=vec, mode=mode, k=k, fusion=fusion or fusion_of(s),
-                     lexical_text=query if text != query else None,
+                     lexical_text=query if text != query else None, lines=lines,
                      filters=Filters(contact_ids or None, channel, since, until, chunk_ids),
                      ef_search=s.hnsw_ef_search, merge=merge, diversity=diversity,
                      min_similarity=s.search_min_similarity or None, region=s.default_region, topics=True,

@@ -150,6 +150,7 @@ def search(
     topics: bool = False,
     resident: Resident | None = None,
     lexical_text: str | None = None,
+    lines: bool = True,
 ) -> SearchResult:
     """Search the chunk store (and with ``topics`` the topic summaries, see :mod:`.topics`).
 
@@ -176,6 +177,8 @@ def search(
             ``con``'s store): both lists, the filters and the rows come from it, with the same
             answers as the SQL path; the topics still come from ``con``.
         lexical_text: what BM25 ranks on, if not ``query_text`` (a routed name kept in it).
+        lines: in hybrid mode, re-rank the candidates by their best message line when the store
+            has line vectors (:mod:`.lines`); False keeps the fused order (for comparisons).
 
     Raises:
         StoreError: no store, a missing or damaged index (the message names the rebuild
@@ -197,7 +200,7 @@ def search(
     tv, tl = (topic_candidates(con, q, filters.topic_sql()) if topics and filters.chunk_ids is None
               else ([], []))
     (fused, fused_topics), result.timings_ms["fuse"] = _timed(_ranked, _Rows(con, resident), q, result, fusion,
-                                                              joint(vec_rows, tv), joint(lex_rows, tl))
+                                                              joint(vec_rows, tv), joint(lex_rows, tl), lines)
     (result.hits, result.merged), result.timings_ms["fetch"] = _timed(
         _passages, _Rows(con, resident), q, fused, k, merge, diversity, vec_rows, lex_rows)
     result.hits = interleave(result.hits, topic_hits(con, fused_topics, tv, tl), k)
@@ -332,14 +335,14 @@ def _lexical_candidates(c: duckdb.DuckDBPyConnection, q: _Query
     return [(cid, float(s)) for cid, s, _ in rows], (stats[0], int(stats[1] or 0)), coverage
 
 
-def _ranked(rows_of: _Rows, q: _Query, result: SearchResult, fusion: Fusion, vec: list, lex: list
-            ) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
+def _ranked(rows_of: _Rows, q: _Query, result: SearchResult, fusion: Fusion, vec: list, lex: list,
+            by_lines: bool = True) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
     """The fused chunks and topics; in hybrid mode re-ranked by their best message line
     (:func:`_by_lines`); chunks that hold every quoted phrase of the query first."""
     fused, fused_topics = split(_fuse(q.mode, vec, lex, fusion, result.specific, result.lexical_coverage))
     result.phrases = quoted_phrases(q.lexical_text)
     texts: dict[str, tuple] | None = None
-    if q.mode == "hybrid" and fused:
+    if by_lines and q.mode == "hybrid" and fused:
         fused, texts = _by_lines(rows_of, q, fused, result)
     if result.phrases:
         if texts is None:
@@ -356,11 +359,16 @@ def _by_lines(rows_of: _Rows, q: _Query, fused: list[tuple[str, float]], result:
     vectors = rows_of.lines(ids, q.dim)
     if not vectors:
         return fused, None
-    texts = rows_of.fetch(ids, "chunk_id, content")
-    query_terms = lines_mod.terms(q.lexical_text)
-    df, num_docs = rows_of.term_df(query_terms)
-    lex_order = lines_mod.line_bm25_order(ids, {c: r[-1] for c, r in texts.items()}, query_terms, df, num_docs)
-    vec_order = lines_mod.line_vector_order(ids, vectors, q.vec)
+    need_texts = bool(lines_mod.WEIGHTS[1] or lines_mod.MIN_LINE_WORDS or result.phrases)
+    texts = rows_of.fetch(ids, "chunk_id, content") if need_texts else None  # ~45 ms on the SQL path at 64K
+    lex_order: list[str] = []
+    if texts is not None and lines_mod.WEIGHTS[1]:
+        query_terms = lines_mod.terms(q.lexical_text)
+        df, num_docs = rows_of.term_df(query_terms)
+        lex_order = lines_mod.line_bm25_order(ids, {c: r[-1] for c, r in texts.items()}, query_terms, df, num_docs)
+    vec_order = lines_mod.line_vector_order(ids, vectors, q.vec,
+                                            {c: r[-1] for c, r in texts.items()} if texts is not None else None,
+                                            lines_mod.MIN_LINE_WORDS)
     result.lines_reranked = True
     return lines_mod.rerank(fused, lex_order, vec_order), texts
 
@@ -469,8 +477,7 @@ def _fetch(con: duckdb.DuckDBPyConnection, chunk_ids: list[str], columns: str) -
 def _line_vectors(con: duckdb.DuckDBPyConnection, chunk_ids: list[str], dim: int | None) -> dict[str, np.ndarray]:
     if not chunk_ids or dim is None or not line_index.present(con):
         return {}
-    rows = con.execute(f"SELECT chunk_id, vectors FROM {line_index.LINE_VECTORS} "
-                       "WHERE list_contains(?::VARCHAR[], chunk_id)", [chunk_ids]).fetchall()
+    rows = con.execute(line_index.fetch_sql(chunk_ids)).fetchall()
     return {cid: line_index.dequantize(blob, dim) for cid, blob in rows if blob}
 
 

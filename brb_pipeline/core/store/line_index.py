@@ -40,6 +40,7 @@ LINE_VECTORS = "line_vectors"
 LINE_META = "line_index"  # meta: {"rows", "lines", "embedding_model", "dim", "seconds"}
 LINE_DDL = (f"CREATE TABLE IF NOT EXISTS {LINE_VECTORS} (chunk_id VARCHAR NOT NULL, text_md5 VARCHAR NOT NULL, "
             "lines INTEGER NOT NULL, vectors BLOB NOT NULL)")
+LINE_KEY_INDEX = "line_vectors_chunk"  # ART on chunk_id: a search reads ~100 rows of 64K by id in ~4 ms, not ~150
 _CHUNKS_PER_BATCH = 512  # chunks embedded (and inserted) together: bounded memory, steady progress
 _SCALE = 127.0
 
@@ -95,6 +96,7 @@ def present(con: duckdb.DuckDBPyConnection) -> bool:
 
 
 def drop_line_index(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute(f"DROP INDEX IF EXISTS {LINE_KEY_INDEX}")
     con.execute(f"DROP TABLE IF EXISTS {LINE_VECTORS}")
     if table_exists(con, "meta"):
         set_meta(con, LINE_META, None)
@@ -123,6 +125,7 @@ def index_lines(con: duckdb.DuckDBPyConnection, embedder: Callable[[], Any], *,
     if not _built_for(con):
         drop_line_index(con)
     con.execute(LINE_DDL)
+    con.execute(f"DROP INDEX IF EXISTS {LINE_KEY_INDEX}")  # rebuilt below: cheaper than kept up row by row
     con.execute(f"DELETE FROM {LINE_VECTORS} l WHERE NOT EXISTS (SELECT 1 FROM chunks c "
                 "WHERE c.chunk_id = l.chunk_id AND l.text_md5 = md5(coalesce(c.embedding_text, '')))")
     todo = [r[0] for r in con.execute(
@@ -139,6 +142,7 @@ def index_lines(con: duckdb.DuckDBPyConnection, embedder: Callable[[], Any], *,
             out["lines_embedded"] += _embed_batch(con, emb, todo[i:i + _CHUNKS_PER_BATCH], int(dim))
             if progress is not None:
                 progress(min(i + _CHUNKS_PER_BATCH, len(todo)), len(todo))
+    con.execute(f"CREATE INDEX {LINE_KEY_INDEX} ON {LINE_VECTORS} (chunk_id)")
     rows, lines = con.execute(f"SELECT count(*), coalesce(sum(lines), 0) FROM {LINE_VECTORS}").fetchone()
     seconds = time.perf_counter() - t0
     set_meta(con, LINE_META, {"rows": int(rows), "lines": int(lines), "embedding_model": model, "dim": dim,
@@ -183,6 +187,13 @@ def _embed_batch(con: duckdb.DuckDBPyConnection, emb: Any, chunk_ids: Sequence[s
     return len(distinct)
 
 
+def fetch_sql(chunk_ids: Sequence[str]) -> str:
+    """``SELECT chunk_id, vectors`` of these chunks, the ids written out as literals: DuckDB serves
+    a constant ``IN`` list from :data:`LINE_KEY_INDEX`, a parameter list by scanning every row."""
+    ids = ", ".join("'" + str(c).replace("'", "''") + "'" for c in chunk_ids)
+    return f"SELECT chunk_id, vectors FROM {LINE_VECTORS} WHERE chunk_id IN ({ids or 'NULL'})"
+
+
 def copy_kept(con: duckdb.DuckDBPyConnection, source_catalog: str) -> int:
     """Copy the rows of the chunks in the current catalog's ``chunks`` from ``source_catalog``
     (a compaction: the rows of dropped chunks stay behind in the old file). Returns rows copied."""
@@ -193,4 +204,5 @@ def copy_kept(con: duckdb.DuckDBPyConnection, source_catalog: str) -> int:
     con.execute(LINE_DDL)
     con.execute(f"INSERT INTO {LINE_VECTORS} SELECT l.* FROM {source_catalog}.main.{LINE_VECTORS} l "
                 "WHERE l.chunk_id IN (SELECT chunk_id FROM chunks)")
+    con.execute(f"CREATE INDEX {LINE_KEY_INDEX} ON {LINE_VECTORS} (chunk_id)")
     return int(con.execute(f"SELECT count(*) FROM {LINE_VECTORS}").fetchone()[0])

@@ -1,0 +1,112 @@
+"""Variants of the line re-rank (core/search/lines.py) on the dev halves of both question sets.
+
+Issue 29 item 4. The re-rank's weights came from the long-chats dev half alone, where messages
+are whole sentences; on the full demo corpus (chit-chat, many one-word lines) it lost dev
+questions. This runs each variant on both dev halves in one process: the own frozen set's dev
+half (``bench_retrieval.py``'s questions and judging, on a full demo home) and the long-chats dev
+half (``bench_long_chats.py``'s homes and judging), so one choice is made for both. Test halves
+are never read here.
+
+    .venv/bin/python benchmarks/line_rerank_lab.py --home /tmp/full --lc-work /tmp/lcnew
+
+Writes ``benchmarks/results/line_rerank_lab_dev.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+for p in (ROOT, ROOT / "benchmarks"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+import bench_long_chats as blc  # noqa: E402
+import bench_retrieval as br  # noqa: E402
+import long_chats as lc  # noqa: E402
+import polars as pl  # noqa: E402
+
+from brb_pipeline.config.settings import Settings  # noqa: E402
+from brb_pipeline.core.search import lines  # noqa: E402
+
+#: (name, weights of fused/line-BM25/line-vectors, min words of a line); "off" is the fused order.
+VARIANTS = [("off", None, 0), ("1/.25/.5", (1.0, 0.25, 0.5), 0), ("1/.25/.5 min4", (1.0, 0.25, 0.5), 4),
+            ("1/.25/.5 min6", (1.0, 0.25, 0.5), 6), ("1/0/.5 min4", (1.0, 0.0, 0.5), 4),
+            ("1/.25/0", (1.0, 0.25, 0.0), 0), ("1/.25/.25 min4", (1.0, 0.25, 0.25), 4),
+            ("1/.1/.25", (1.0, 0.1, 0.25), 0), ("1/.1/.25 min4", (1.0, 0.1, 0.25), 4),
+            # second round, after the first showed the line BM25 losing on the own set: line vectors alone
+            ("1/0/.5", (1.0, 0.0, 0.5), 0), ("1/0/.5 min6", (1.0, 0.0, 0.5), 6), ("1/0/.25 min4", (1.0, 0.0, 0.25), 4),
+            ("1/0/.25", (1.0, 0.0, 0.25), 0), ("1/0/1 min4", (1.0, 0.0, 1.0), 4)]
+
+
+def _set(weights: tuple[float, ...] | None, min_words: int) -> dict[str, Any]:
+    if weights is not None:
+        lines.WEIGHTS = weights
+    lines.MIN_LINE_WORDS = min_words
+    return {"mode": "hybrid", "lines": weights is not None}
+
+
+def own_dev(home: Path) -> dict[str, dict[str, Any]]:
+    from brb_pipeline.core.embedding.models import load_embedder
+    from brb_pipeline.search.query import Searcher
+
+    qs = br.load_questions(br.QUESTIONS_DIR / "retrieval_dev.json")["questions"]
+    s = Settings.load(home)
+    chunks, _ = br.store_rows(s)
+    messages = pl.read_parquet(s.staging_dir / "messages.parquet")
+    relevant = br.relevant_chunks(br.chunk_members(chunks, messages), br.resolve_targets(qs, messages))
+    out = {}
+    with Searcher(s, embedder=br.CachedEmbedder(load_embedder(s.embedding))) as searcher:
+        for name, w, mw in VARIANTS:
+            rows = br.ask(searcher, qs, relevant, _set(w, mw), 10)
+            out[name] = {kind: sum(1 for r in rows if r["kind"] == kind and r["rank"] and r["rank"] <= 5)
+                         for kind in ("paraphrase", "short", "contact", "exact")}
+            out[name]["all"] = sum(out[name].values())
+            out[name]["mrr"] = round(sum(1 / r["rank"] for r in rows if r["rank"]) / len(rows), 3)
+    return out
+
+
+def lc_dev(work: Path) -> dict[str, dict[str, Any]]:
+    from brb_pipeline.search.query import Searcher
+
+    found: dict[str, list] = {name: [] for name, _, _ in VARIANTS}
+    for stem in lc.CONVERSATIONS:
+        qs = [q for q in lc.questions(stem, lc.load(stem)) if q.half == "dev"]
+        with Searcher.open(Settings.load(blc.ingest(stem, work, True))) as searcher:
+            for name, w, mw in VARIANTS:
+                opts = _set(w, mw)
+                for q in qs:
+                    hits = searcher.search(q.text, k=blc.K, log=False, **opts)["hits"]
+                    found[name].append((q, *blc.judge([h["text"] or "" for h in hits], q.evidence)))
+    out = {}
+    for name, rows in found.items():
+        out[name] = {c: sum(1 for q, r, _ in rows if q.category == c and r and r <= 5) for c in lc.CATEGORIES.values()}
+        out[name]["all"] = sum(out[name].values())
+        out[name]["mrr"] = round(sum(1 / r for _, r, _ in rows if r) / len(rows), 3)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--home", type=Path, required=True)
+    ap.add_argument("--lc-work", type=Path, required=True)
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "line_rerank_lab_dev.json")
+    args = ap.parse_args()
+    result = {"own_dev (hit@5 counts of 98)": own_dev(args.home), "long_chats_dev (recall@5 counts of 136)":
+              lc_dev(args.lc_work)}
+    for half, table in result.items():
+        print(half)
+        for name, row in table.items():
+            print(f"  {name:18s} {json.dumps(row)}")
+    args.out.write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    from brb_pipeline import keys
+
+    keys.install()
+    main()
