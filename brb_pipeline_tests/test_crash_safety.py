@@ -77,6 +77,7 @@ def store_facts(home: Path) -> dict:
     con = duck.connect(home / "brb.duckdb", read_only=True)
     try:
         rows = con.execute("SELECT chunk_id, content, embedding::VARCHAR FROM chunks ORDER BY chunk_id").fetchall()
+        lines = con.execute("SELECT chunk_id, text_md5, lines, vectors FROM line_vectors ORDER BY chunk_id").fetchall()
         ix = index_status(con)
     finally:
         con.close()
@@ -84,6 +85,9 @@ def store_facts(home: Path) -> dict:
     answers = {(q, m): [h["chunk_ids"] for h in run_search(s, q, embedder=HashEmbedder(dim=384), mode=m, k=5)["hits"]]
                for q in QUERIES for m in MODES}
     return {"rows": len(rows), "digest": hashlib.sha256(repr(rows).encode()).hexdigest(),
+            # every chunk's message-line vectors, current for its text (rows, hashed)
+            "lines": (len(lines), {r[0] for r in lines} == {r[0] for r in rows},
+                      hashlib.sha256(repr(lines).encode()).hexdigest()),
             "indexes": (ix["hnsw"]["present"], ix["fts"]["present"], ix["ready"]), "answers": answers}
 
 

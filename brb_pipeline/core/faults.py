@@ -21,6 +21,7 @@ POINTS = (
     "partition_written",    # one batch's embeddings staged, brb.db not yet told
     "load_before_commit",   # rows inserted into the staging copy of the store, not committed
     "load_committed",       # the staging copy holds the new rows, no index yet
+    "lines_embedding",      # inside the vector index stage, message lines of one batch of chunks embedded
     "index_built",          # one of the two indexes built in the staging copy
     "published",            # the new store replaced the old one, brb.db not yet told
     "projection",           # PCA/UMAP layout computed, not yet written

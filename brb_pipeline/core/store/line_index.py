@@ -32,6 +32,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
+from brb_pipeline.core import faults
 from brb_pipeline.core.store.duck import get_meta, set_meta, table_exists
 
 log = logging.getLogger(__name__)
@@ -140,6 +141,7 @@ def index_lines(con: duckdb.DuckDBPyConnection, embedder: Callable[[], Any], *,
                     "lines_seconds": round(time.perf_counter() - t0, 3)}
         for i in range(0, len(todo), _CHUNKS_PER_BATCH):
             out["lines_embedded"] += _embed_batch(con, emb, todo[i:i + _CHUNKS_PER_BATCH], int(dim))
+            faults.point("lines_embedding")
             if progress is not None:
                 progress(min(i + _CHUNKS_PER_BATCH, len(todo)), len(todo))
     con.execute(f"CREATE INDEX {LINE_KEY_INDEX} ON {LINE_VECTORS} (chunk_id)")
