@@ -179,3 +179,16 @@ def test_hybrid_search_reranks_by_lines_the_same_from_sql_and_memory(tmp_path):
     for mode in ("vector", "lexical"):  # the single modes stay themselves
         kw = dict(query_text=q, query_vec=vec if mode == "vector" else None, mode=mode, k=5)
         assert not search(con, **kw).lines_reranked
+
+
+def test_a_damaged_line_row_is_left_out_and_search_still_answers(tmp_path):
+    con, emb = _store(tmp_path)
+    index_lines(con, lambda: emb)
+    con.execute(f"UPDATE {LINE_VECTORS} SET vectors = '\\x01\\x02\\x03'::BLOB WHERE chunk_id = 'chat-ann:5'")
+    q = "pottery fair Leeds Saturday"
+    vec = emb.embed([q])[0]
+    sql = search(con, query_text=q, query_vec=vec, mode="hybrid", k=24, merge=False)
+    held = search(con, query_text=q, query_vec=vec, mode="hybrid", k=24, merge=False, resident=Resident.load(con))
+    assert sql.lines_reranked and held.lines_reranked
+    assert [h.chunk_id for h in sql.hits] == [h.chunk_id for h in held.hits]
+    assert "chat-ann:5" in [h.chunk_id for h in sql.hits]  # still a candidate, ranked by its window alone

@@ -477,8 +477,12 @@ def _fetch(con: duckdb.DuckDBPyConnection, chunk_ids: list[str], columns: str) -
 def _line_vectors(con: duckdb.DuckDBPyConnection, chunk_ids: list[str], dim: int | None) -> dict[str, np.ndarray]:
     if not chunk_ids or dim is None or not line_index.present(con):
         return {}
-    rows = con.execute(line_index.fetch_sql(chunk_ids)).fetchall()
-    return {cid: line_index.dequantize(blob, dim) for cid, blob in rows if blob}
+    try:
+        rows = con.execute(line_index.fetch_sql(chunk_ids)).fetchall()
+    except duckdb.Error as exc:
+        raise StoreError(f"message-line vectors damaged ({type(exc).__name__}): {REBUILD_HINT}") from None
+    # a row of another length than lines x dim (never written so) is left out, not trusted
+    return {cid: line_index.dequantize(blob, dim) for cid, blob in rows if blob and len(blob) % dim == 0}
 
 
 def _term_df(con: duckdb.DuckDBPyConnection, terms: list[str]) -> tuple[dict[str, int], int]:

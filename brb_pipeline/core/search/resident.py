@@ -154,7 +154,7 @@ class Resident:
         blobs: list[bytes | None] = [None] * len(row_of)
         for cid, blob in zip(tbl.column("chunk_id").to_pylist(), tbl.column("vectors").to_pylist(), strict=True):
             i = row_of.get(cid)
-            if i is not None:
+            if i is not None and blob and len(blob) % dim == 0:  # another length was never written: left out
                 blobs[i] = blob
         counts = np.fromiter((len(b) // dim if b else 0 for b in blobs), dtype=np.int64, count=len(blobs))
         ptr = np.zeros(len(blobs) + 1, dtype=np.int64)
