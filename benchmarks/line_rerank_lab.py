@@ -9,7 +9,8 @@ are never read here.
 
     .venv/bin/python benchmarks/line_rerank_lab.py --home /tmp/full --lc-work /tmp/lcnew
 
-Writes ``benchmarks/results/line_rerank_lab_dev.json``.
+Writes ``benchmarks/results/line_rerank_lab_dev_weights.json`` (the weights of the line-vector
+order; the first, wider table is ``line_rerank_lab_dev.json``, see :data:`VARIANTS`).
 """
 
 from __future__ import annotations
@@ -33,21 +34,16 @@ import polars as pl  # noqa: E402
 from brb_pipeline.config.settings import Settings  # noqa: E402
 from brb_pipeline.core.search import lines  # noqa: E402
 
-#: (name, weights of fused/line-BM25/line-vectors, min words of a line); "off" is the fused order.
-VARIANTS = [("off", None, 0), ("1/.25/.5", (1.0, 0.25, 0.5), 0), ("1/.25/.5 min4", (1.0, 0.25, 0.5), 4),
-            ("1/.25/.5 min6", (1.0, 0.25, 0.5), 6), ("1/0/.5 min4", (1.0, 0.0, 0.5), 4),
-            ("1/.25/0", (1.0, 0.25, 0.0), 0), ("1/.25/.25 min4", (1.0, 0.25, 0.25), 4),
-            ("1/.1/.25", (1.0, 0.1, 0.25), 0), ("1/.1/.25 min4", (1.0, 0.1, 0.25), 4),
-            # second round, after the first showed the line BM25 losing on the own set: line vectors alone
-            ("1/0/.5", (1.0, 0.0, 0.5), 0), ("1/0/.5 min6", (1.0, 0.0, 0.5), 6), ("1/0/.25 min4", (1.0, 0.0, 0.25), 4),
-            ("1/0/.25", (1.0, 0.0, 0.25), 0), ("1/0/1 min4", (1.0, 0.0, 1.0), 4)]
+#: (name, weight of the line-vector order; None: the fused order, no re-rank). The 14-variant
+#: table in ``results/line_rerank_lab_dev.json`` (line BM25 and fewer-words variants too) came
+#: from this script at commit debe49b, when ``core/search/lines.py`` still had those knobs.
+VARIANTS = [("off", None), ("1/0/.25", 0.25), ("1/0/.5 (default)", 0.5), ("1/0/1", 1.0)]
 
 
-def _set(weights: tuple[float, ...] | None, min_words: int) -> dict[str, Any]:
-    if weights is not None:
-        lines.WEIGHTS = weights
-    lines.MIN_LINE_WORDS = min_words
-    return {"mode": "hybrid", "lines": weights is not None}
+def _set(weight: float | None) -> dict[str, Any]:
+    if weight is not None:
+        lines.WEIGHT = weight
+    return {"mode": "hybrid", "lines": weight is not None}
 
 
 def own_dev(home: Path) -> dict[str, dict[str, Any]]:
@@ -61,8 +57,8 @@ def own_dev(home: Path) -> dict[str, dict[str, Any]]:
     relevant = br.relevant_chunks(br.chunk_members(chunks, messages), br.resolve_targets(qs, messages))
     out = {}
     with Searcher(s, embedder=br.CachedEmbedder(load_embedder(s.embedding))) as searcher:
-        for name, w, mw in VARIANTS:
-            rows = br.ask(searcher, qs, relevant, _set(w, mw), 10)
+        for name, w in VARIANTS:
+            rows = br.ask(searcher, qs, relevant, _set(w), 10)
             out[name] = {kind: sum(1 for r in rows if r["kind"] == kind and r["rank"] and r["rank"] <= 5)
                          for kind in ("paraphrase", "short", "contact", "exact")}
             out[name]["all"] = sum(out[name].values())
@@ -73,12 +69,12 @@ def own_dev(home: Path) -> dict[str, dict[str, Any]]:
 def lc_dev(work: Path) -> dict[str, dict[str, Any]]:
     from brb_pipeline.search.query import Searcher
 
-    found: dict[str, list] = {name: [] for name, _, _ in VARIANTS}
+    found: dict[str, list] = {name: [] for name, _ in VARIANTS}
     for stem in lc.CONVERSATIONS:
         qs = [q for q in lc.questions(stem, lc.load(stem)) if q.half == "dev"]
         with Searcher.open(Settings.load(blc.ingest(stem, work, True))) as searcher:
-            for name, w, mw in VARIANTS:
-                opts = _set(w, mw)
+            for name, w in VARIANTS:
+                opts = _set(w)
                 for q in qs:
                     hits = searcher.search(q.text, k=blc.K, log=False, **opts)["hits"]
                     found[name].append((q, *blc.judge([h["text"] or "" for h in hits], q.evidence)))
@@ -94,7 +90,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--home", type=Path, required=True)
     ap.add_argument("--lc-work", type=Path, required=True)
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "line_rerank_lab_dev.json")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "line_rerank_lab_dev_weights.json")
     args = ap.parse_args()
     result = {"own_dev (hit@5 counts of 98)": own_dev(args.home), "long_chats_dev (recall@5 counts of 136)":
               lc_dev(args.lc_work)}

@@ -29,7 +29,7 @@ from brb_pipeline.core.search import lines as lines_mod
 from brb_pipeline.core.search.sql import Filters, lexical_sql, store_state, term_stats_sql, vector_sql
 from brb_pipeline.core.search.topics import TopicHit, interleave, joint, split, topic_candidates, topic_hits
 from brb_pipeline.core.store import line_index
-from brb_pipeline.core.store.index import FTS_SCHEMA, REBUILD_HINT, fts_query_text
+from brb_pipeline.core.store.index import REBUILD_HINT, fts_query_text
 
 if TYPE_CHECKING:  # a one-shot search never loads it (nor pyarrow, which it needs)
     from brb_pipeline.core.search.resident import Resident
@@ -338,39 +338,17 @@ def _lexical_candidates(c: duckdb.DuckDBPyConnection, q: _Query
 def _ranked(rows_of: _Rows, q: _Query, result: SearchResult, fusion: Fusion, vec: list, lex: list,
             by_lines: bool = True) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
     """The fused chunks and topics; in hybrid mode re-ranked by their best message line
-    (:func:`_by_lines`); chunks that hold every quoted phrase of the query first."""
+    (:mod:`.lines`); chunks that hold every quoted phrase of the query first."""
     fused, fused_topics = split(_fuse(q.mode, vec, lex, fusion, result.specific, result.lexical_coverage))
-    result.phrases = quoted_phrases(q.lexical_text)
-    texts: dict[str, tuple] | None = None
     if by_lines and q.mode == "hybrid" and fused:
-        fused, texts = _by_lines(rows_of, q, fused, result)
+        vectors = rows_of.lines([c for c, _ in fused], q.dim)  # {} when the store has none
+        if vectors:
+            fused = lines_mod.rerank(fused, lines_mod.line_vector_order([c for c, _ in fused], vectors, q.vec))
+            result.lines_reranked = True
+    result.phrases = quoted_phrases(q.lexical_text)
     if result.phrases:
-        if texts is None:
-            texts = rows_of.fetch([c for c, _ in fused], "chunk_id, content")
-        fused = phrase_first(fused, texts, result.phrases)
+        fused = phrase_first(fused, rows_of.fetch([c for c, _ in fused], "chunk_id, content"), result.phrases)
     return fused, fused_topics
-
-
-def _by_lines(rows_of: _Rows, q: _Query, fused: list[tuple[str, float]], result: SearchResult
-              ) -> tuple[list[tuple[str, float]], dict[str, tuple] | None]:
-    """``fused`` re-ranked with its windows' best message line (:mod:`.lines`), when the store
-    has line vectors of its model; and the texts read for it (None when none were read)."""
-    ids = [c for c, _ in fused]
-    vectors = rows_of.lines(ids, q.dim)
-    if not vectors:
-        return fused, None
-    need_texts = bool(lines_mod.WEIGHTS[1] or lines_mod.MIN_LINE_WORDS or result.phrases)
-    texts = rows_of.fetch(ids, "chunk_id, content") if need_texts else None  # ~45 ms on the SQL path at 64K
-    lex_order: list[str] = []
-    if texts is not None and lines_mod.WEIGHTS[1]:
-        query_terms = lines_mod.terms(q.lexical_text)
-        df, num_docs = rows_of.term_df(query_terms)
-        lex_order = lines_mod.line_bm25_order(ids, {c: r[-1] for c, r in texts.items()}, query_terms, df, num_docs)
-    vec_order = lines_mod.line_vector_order(ids, vectors, q.vec,
-                                            {c: r[-1] for c, r in texts.items()} if texts is not None else None,
-                                            lines_mod.MIN_LINE_WORDS)
-    result.lines_reranked = True
-    return lines_mod.rerank(fused, lex_order, vec_order), texts
 
 
 def _fuse(mode: str, vec_rows: list[tuple[str, float]], lex_rows: list[tuple[str, float]], fusion: Fusion,
@@ -455,13 +433,6 @@ class _Rows:
             return self.resident.line_vectors(chunk_ids)
         return _line_vectors(self.con, chunk_ids, dim)
 
-    def term_df(self, terms: list[str]) -> tuple[dict[str, int], int]:
-        """The chunk index's document frequency of each of ``terms`` it holds, and its document count."""
-        if self.resident is not None:
-            r = self.resident
-            return {t: r.dictionary[t][1] for t in terms if t in r.dictionary}, r.num_docs
-        return _term_df(self.con, terms)
-
 
 def _fetch(con: duckdb.DuckDBPyConnection, chunk_ids: list[str], columns: str) -> dict[str, tuple]:
     """chunk_id -> ``columns`` (chunk_id first) for the ids still in the store."""
@@ -483,18 +454,6 @@ def _line_vectors(con: duckdb.DuckDBPyConnection, chunk_ids: list[str], dim: int
         raise StoreError(f"message-line vectors damaged ({type(exc).__name__}): {REBUILD_HINT}") from None
     # a row of another length than lines x dim (never written so) is left out, not trusted
     return {cid: line_index.dequantize(blob, dim) for cid, blob in rows if blob and len(blob) % dim == 0}
-
-
-def _term_df(con: duckdb.DuckDBPyConnection, terms: list[str]) -> tuple[dict[str, int], int]:
-    if not terms:
-        return {}, 0
-    try:
-        df = dict(con.execute(f"SELECT term, df FROM {FTS_SCHEMA}.dict WHERE list_contains(?::VARCHAR[], term)",
-                              [list(dict.fromkeys(terms))]).fetchall())
-        n = con.execute(f"SELECT num_docs FROM {FTS_SCHEMA}.stats").fetchone()
-    except duckdb.Error as exc:
-        raise StoreError(f"text index damaged ({type(exc).__name__}): {REBUILD_HINT}") from None
-    return {t: int(v) for t, v in df.items()}, int(n[0]) if n else 0
 
 
 def _embeddings(con: duckdb.DuckDBPyConnection, chunk_ids: list[str], dim: int | None) -> np.ndarray:

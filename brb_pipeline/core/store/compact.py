@@ -87,7 +87,8 @@ def compact_without(path: Path, contact_ids: Iterable[str]) -> int:
             # index facts are written again by the rebuilds below
             con.execute(f"INSERT INTO meta SELECT * FROM {duck.CATALOG}.main.meta WHERE key NOT IN ('hnsw', 'fts')")
         topics_kept = _copy_memory(con, doomed, dim)
-        line_index.copy_kept(con, duck.CATALOG)  # the kept chunks' line vectors only
+        if table_exists_in(con, duck.CATALOG, line_index.LINE_VECTORS):
+            line_index.copy_kept(con, duck.CATALOG)  # the kept chunks' line vectors only
         con.execute("CHECKPOINT")
         con.execute(f"USE {duck.CATALOG}")
         con.execute(f"DETACH {_NEW}")

@@ -197,12 +197,9 @@ def fetch_sql(chunk_ids: Sequence[str]) -> str:
 
 
 def copy_kept(con: duckdb.DuckDBPyConnection, source_catalog: str) -> int:
-    """Copy the rows of the chunks in the current catalog's ``chunks`` from ``source_catalog``
-    (a compaction: the rows of dropped chunks stay behind in the old file). Returns rows copied."""
-    row = con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = ? AND schema_name = 'main' "
-                      "AND table_name = ?", [source_catalog, LINE_VECTORS]).fetchone()
-    if not (row and row[0]):
-        return 0
+    """Copy the rows of the chunks in the current catalog's ``chunks`` from ``source_catalog``,
+    which has the table (a compaction: the rows of dropped chunks stay behind in the old file).
+    Returns rows copied."""
     con.execute(LINE_DDL)
     con.execute(f"INSERT INTO {LINE_VECTORS} SELECT l.* FROM {source_catalog}.main.{LINE_VECTORS} l "
                 "WHERE l.chunk_id IN (SELECT chunk_id FROM chunks)")
