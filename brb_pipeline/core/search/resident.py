@@ -153,22 +153,31 @@ class Resident:
         if dim is None or not line_index.present(con):
             return None, None
         tbl = con.execute(f"SELECT chunk_id, vectors FROM {line_index.LINE_VECTORS}").fetch_arrow_table()
-        col = tbl.column("vectors").combine_chunks().cast(pa.large_binary())
         ids = tbl.column("chunk_id").to_pylist()
         rows = np.fromiter((row_of.get(cid, -1) for cid in ids), dtype=np.int64, count=len(ids))
-        lengths = np.diff(np.frombuffer(col.buffers()[1], dtype=np.int64)[col.offset:col.offset + len(col) + 1])
+        pieces = []  # (first table row, offsets, data) per Arrow chunk of the column; no pyarrow.compute
+        first = 0      # (it imports pandas' shim, which a search keeps out: test_search_imports.py)
+        for chunk in tbl.column("vectors").chunks:
+            wide = chunk.type == pa.large_binary()
+            offsets = np.frombuffer(chunk.buffers()[1], dtype=np.int64 if wide else np.int32)
+            offsets = offsets[chunk.offset:chunk.offset + len(chunk) + 1].astype(np.int64)
+            data = np.frombuffer(chunk.buffers()[2], dtype=np.int8) if chunk.buffers()[2] else np.zeros(0, np.int8)
+            pieces.append((first, offsets, data))
+            first += len(chunk)
+        lengths = np.concatenate([np.diff(o) for _, o, _ in pieces]) if pieces else np.zeros(0, np.int64)
         ok = np.flatnonzero((rows >= 0) & (lengths > 0) & (lengths % dim == 0))  # another length was never written
-        order = ok[np.argsort(rows[ok], kind="stable")]
         counts = np.zeros(len(row_of), dtype=np.int64)
-        counts[rows[order]] = lengths[order] // dim
+        counts[rows[ok]] = lengths[ok] // dim
         ptr = np.zeros(len(row_of) + 1, dtype=np.int64)
         np.cumsum(counts, out=ptr[1:])
-        taken = col.take(pa.array(order, pa.int64()))  # the blobs in row order, one contiguous buffer
-        if not len(taken):
-            return ptr, np.zeros((0, dim), dtype=np.int8)
-        first, last = np.frombuffer(taken.buffers()[1], dtype=np.int64)[[taken.offset, taken.offset + len(taken)]]
-        vecs = np.frombuffer(taken.buffers()[2], dtype=np.int8)[first:last].reshape(-1, dim)
-        return ptr, vecs
+        where = {}  # table row -> (its chunk's data, start, end)
+        for start, offsets, data in pieces:
+            for k, (a, b) in enumerate(zip(offsets[:-1].tolist(), offsets[1:].tolist())):
+                where[start + k] = (data, a, b)
+        order = ok[np.argsort(rows[ok], kind="stable")].tolist()  # resident row order
+        segments = [where[j][0][where[j][1]:where[j][2]] for j in order]
+        flat = np.concatenate(segments) if segments else np.zeros(0, dtype=np.int8)
+        return ptr, flat.reshape(-1, dim)
 
     @staticmethod
     def _load_bm25(con: duckdb.DuckDBPyConnection, row_of: dict[str, int], n: int) -> tuple:
