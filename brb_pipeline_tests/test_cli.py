@@ -149,8 +149,11 @@ def test_status_text_on_empty_and_full_home(tmp_path, ingested_home):
                          f"{st['conversations']:,} conversations", f"chunks          {st['chunks']:,}"]
     assert st["people"] >= st["named_people"] > 0 and st["conversations"] >= st["contacts"] - 1
     assert lines[9] == "indexes         hnsw ok, fts ok"
-    assert lines[10] == "memory          skipped: no local model configured: set BRB_LLM_MODEL_PATH"
-    assert lines[11] == "encryption      off (plaintext: --no-encryption)"  # the test suite's homes are plaintext
+    lv = st["line_vectors"]  # every chunk's message lines, for the re-rank
+    assert lv["present"] and lv["matches_chunks"] and lv["chunks"] == st["chunks"] and lv["lines"] > lv["chunks"]
+    assert lines[10] == f"message lines   {lv['lines']:,} lines of {st['chunks']:,} chunks"
+    assert lines[11] == "memory          skipped: no local model configured: set BRB_LLM_MODEL_PATH"
+    assert lines[12] == "encryption      off (plaintext: --no-encryption)"  # the test suite's homes are plaintext
 
 
 def test_search_json_and_insights_path(ingested_home):

@@ -104,6 +104,7 @@ def _store_status(s: Settings, out: dict[str, Any]) -> None:
             out["chunks"] = int(st.get("chunks", 0))
             out["embedding_model"] = duck.get_meta(con, "embedding_model")
             ix = index_status(con)
+            out["line_vectors"] = _line_status(con, out["chunks"])
             out["memory"].update(memory_counts(con))
             if s.duckdb_path.stat().st_size <= FULL_CHECK_MAX_BYTES:
                 read_every_block(con)  # every checksum verified: a damaged block is named here
@@ -126,6 +127,18 @@ def _store_status(s: Settings, out: dict[str, Any]) -> None:
         out["store_error"] = (f"brb.duckdb at {s.duckdb_path} is damaged ({type(e).__name__}: {first}): "
                               "run `brb reindex` to rebuild it from staging")
         out["damaged"] = {"brb.duckdb": out["store_error"]}
+
+
+def _line_status(con: Any, chunks: int) -> dict[str, Any]:
+    """The message-line vectors search re-ranks with (:mod:`brb_pipeline.core.store.line_index`):
+    present for the store's model, and covering every chunk when they were last built."""
+    from brb_pipeline.core.store import duck, line_index
+
+    if not line_index.present(con):
+        return {"present": False, "chunks": 0, "lines": 0, "matches_chunks": False}
+    info = duck.get_meta(con, line_index.LINE_META) or {}
+    rows = int(info.get("rows") or 0)
+    return {"present": True, "chunks": rows, "lines": int(info.get("lines") or 0), "matches_chunks": rows == chunks}
 
 
 #: `brb status` reads every block of a store up to this size (its checksums are then verified);
@@ -168,6 +181,11 @@ def status_lines(st: dict[str, Any]) -> list[str]:
     lines.append("indexes         " + (", ".join(
         f"{'exact vectors' if v.get('exact') else k} {'ok' if v['matches_chunks'] else ('stale' if v['present'] else 'missing')}"
         for k, v in ix.items()) or "none"))
+    lv = st.get("line_vectors")
+    if lv is not None:
+        lines.append("message lines   " + (f"{lv['lines']:,} lines of {lv['chunks']:,} chunks"
+                                           f"{'' if lv['matches_chunks'] else ' (stale: the next ingest updates them)'}"
+                                           if lv["present"] else "none (search keeps the fused order until the next ingest)"))
     mem = st.get("memory") or {}
     lines.append("memory          " + (f"skipped: {mem['reason']}" if mem.get("skipped") else
                                       f"{mem.get('topics', 0):,} topics, {mem.get('profiles', 0):,} profiles"))
