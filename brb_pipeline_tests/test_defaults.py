@@ -13,6 +13,7 @@ from brb_pipeline.core.embedding import spec
 from brb_pipeline.core.insights.params import ClusterParams, ProjectionParams
 from brb_pipeline.core.memory import params as memory
 from brb_pipeline.core.search.fusion import Fusion
+from brb_pipeline.core.store import params as store_params
 from brb_pipeline.core.store.params import IndexParams
 
 PKG = Path(__file__).resolve().parent.parent / "brb_pipeline"
@@ -29,7 +30,7 @@ OWNED = {
     "embedding_device": (spec.EmbedderSpec, "device"), "max_tokens": (spec, "MAX_TOKENS"),
     "token_budget": (spec.EmbedderSpec, "token_budget"),
     "hnsw_m": (IndexParams, "m"), "hnsw_ef_construction": (IndexParams, "ef_construction"),
-    "hnsw_ef_search": (IndexParams, "ef_search"),
+    "hnsw_ef_search": (IndexParams, "ef_search"), "line_batch_chunks": (store_params, "LINE_BATCH_CHUNKS"),
     "rrf_k": (Fusion, "rrf_k"), "search_fusion": (Fusion, "method"),
     "search_lexical_weight": (Fusion, "lexical_weight"),
     "search_specific_lexical_weight": (Fusion, "specific_lexical_weight"),

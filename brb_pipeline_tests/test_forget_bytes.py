@@ -98,8 +98,10 @@ def test_plain_deletes_leave_the_person_in_the_bytes(world, tmp_path):
 def test_forget_reingest_and_delete_all_leave_no_trace(world):
     home, env, person, needles = world["home"], world["env"], world["person"], world["needles"]
     archive = world["archive"]
+    (home / "brb.duckdb.lines").write_bytes(b"line vectors kept from an unfinished run")  # anyone's chunk ids
     r = brb("forget", "--contact", person["name"], "--yes", home=home, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
+    assert not (home / "brb.duckdb.lines").exists()
     assert not (home / ".forget-salt").exists()
     keys = list(Path(env["BRB_KEY_DIR"]).iterdir())
     assert len(keys) == 1 and oct(keys[0].stat().st_mode & 0o777) == "0o600"

@@ -15,8 +15,9 @@ from brb_pipeline.core.store import chunks as store
 from brb_pipeline.core.store import duck, index
 from brb_pipeline.core.store.compact import compact_without
 from brb_pipeline.core.store.duck import get_meta, set_meta
+from brb_pipeline.core.store import line_index
 from brb_pipeline.core.store.line_index import (LINE_KEY_INDEX, LINE_VECTORS, child_texts, dequantize, fetch_sql,
-                                                index_lines, line_index_due, present, quantize)
+                                                index_lines, line_index_due, present, quantize, save_for_resume)
 from brb_pipeline_tests.helpers.store import DIM, make_chunks
 
 MODEL = "m@1"
@@ -135,6 +136,84 @@ def test_forgetting_a_contact_leaves_none_of_its_line_vectors(tmp_path):
     ids = [r[0] for r in con.execute(f"SELECT chunk_id FROM {LINE_VECTORS} ORDER BY chunk_id").fetchall()]
     assert ids == [f"chat-ann:{i}" for i in sorted(range(12), key=str)]
     assert present(con) and not line_index_due(con) and _has_key_index(con)
+
+
+class _Interrupt(Exception):
+    pass
+
+
+class _Stopping(_Embedder):
+    """Raises on its ``stop_at``-th call (a cancellation half-way through the lines)."""
+
+    def __init__(self, stop_at: int) -> None:
+        super().__init__()
+        self.calls, self.stop_at = 0, stop_at
+
+    def embed(self, texts):
+        self.calls += 1
+        if self.calls == self.stop_at:
+            raise _Interrupt
+        return super().embed(texts)
+
+
+def _rows(con) -> dict:
+    return {r[0]: r[1:] for r in con.execute(f"SELECT chunk_id, text_md5, lines, vectors FROM {LINE_VECTORS}").fetchall()}
+
+
+def test_an_interrupted_line_embedding_resumes_from_the_kept_rows(tmp_path, monkeypatch):
+    monkeypatch.setattr(line_index, "_CHUNKS_PER_BATCH", 4)
+    clean, emb = _store(tmp_path / "clean")
+    index_lines(clean, lambda: emb)
+    want = _rows(clean)
+    clean.close()
+    con, _ = _store(tmp_path / "run")
+    stopping = _Stopping(stop_at=3)
+    with pytest.raises(_Interrupt):
+        index_lines(con, lambda: stopping)
+    done = _rows(con)
+    assert len(done) == 8  # two batches of four chunks were in when it stopped
+    resume = tmp_path / "brb.duckdb.lines"
+    assert save_for_resume(con, resume) == 8 and resume.exists()
+    assert save_for_resume(con, resume) == 0  # kept once: a second discard adds nothing
+    # rows the published store holds as well (same texts, same model) are not kept
+    assert save_for_resume(con, tmp_path / "other.lines", published=tmp_path / "clean" / "brb.duckdb") == 0
+    # the next run's copy: the chunks again (one of the kept ones has grown since), no line rows
+    con.execute(f"DROP TABLE {LINE_VECTORS}")
+    grown = sorted(done)[0]
+    con.execute("UPDATE chunks SET embedding_text = embedding_text || '\nAnn: later' WHERE chunk_id = ?", [grown])
+    fresh = _Embedder()
+    out = index_lines(con, lambda: fresh, resume=resume)
+    assert out["lines_resumed"] == 7 and out["line_chunks"] == 24 and not resume.exists()
+    kept_texts = {t for cid in done if cid != grown for t in child_texts(
+        con.execute("SELECT embedding_text FROM chunks WHERE chunk_id = ?", [cid]).fetchone()[0])}
+    assert len(kept_texts) == 7 * 7 and not kept_texts & set(fresh.asked)  # (this fixture's lines are all distinct)
+    assert len(fresh.asked) == 24 * 7 - 7 * 7 + 1  # the rest, and the grown chunk's eight lines
+    got = _rows(con)
+    assert {c: v for c, v in got.items() if c != grown} == {c: v for c, v in want.items() if c != grown}
+    assert got[grown][0] != want[grown][0]  # the grown chunk was embedded for its new text
+
+
+def test_kept_rows_of_another_model_or_a_damaged_file_are_not_taken(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(line_index, "_CHUNKS_PER_BATCH", 4)
+    con, _ = _store(tmp_path)
+    with pytest.raises(_Interrupt):
+        index_lines(con, lambda: _Stopping(stop_at=2))
+    resume = tmp_path / "brb.duckdb.lines"
+    assert save_for_resume(con, resume) == 4
+    con.execute(f"DROP TABLE {LINE_VECTORS}")
+    set_meta(con, "embedding_model", "other@2")  # the store moved to another model meanwhile
+    other = _Embedder()
+    other.model_id = "other@2"
+    assert index_lines(con, lambda: other, resume=resume)["lines_resumed"] == 0 and not resume.exists()
+    assert len(other.asked) == 24 * 7
+    # a resume file that is not a database: logged, deleted, every line embedded
+    resume.write_bytes(b"\x00not a database" * 100)
+    con.execute(f"DROP TABLE {LINE_VECTORS}")
+    other.asked.clear()
+    with caplog.at_level("WARNING"):
+        out = index_lines(con, lambda: other, resume=resume)
+    assert out["lines_resumed"] == 0 and out["line_chunks"] == 24 and len(other.asked) == 24 * 7
+    assert not resume.exists() and "were not read" in caplog.text
 
 
 def test_line_orders_rank_windows_by_their_best_line():

@@ -38,6 +38,12 @@ class Home:
         return self.root / "brb.duckdb.next"
 
     @property
+    def lines_resume(self) -> Path:
+        """The message-line vectors a discarded staging copy had embedded (no text), taken by the
+        next index build (``core.store.line_index.save_for_resume``); deleted once it has served."""
+        return self.root / "brb.duckdb.lines"
+
+    @property
     def config_path(self) -> Path:
         return self.root / "config.json"
 

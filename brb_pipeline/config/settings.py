@@ -29,7 +29,7 @@ from brb_pipeline.core.errors import SettingsError, SourceMissingError
 from brb_pipeline.core.insights.params import ClusterParams, ProjectionParams
 from brb_pipeline.core.memory.params import MAX_TOKENS as LLM_MAX_TOKENS, WINDOW_CHARS
 from brb_pipeline.core.search.fusion import Fusion
-from brb_pipeline.core.store.params import IndexParams
+from brb_pipeline.core.store.params import LINE_BATCH_CHUNKS, IndexParams
 _BOOKKEEPING = ("home", "env_values")  # fields that are not settings read from env or config.json
 _FUSION = Fusion()  # the hybrid search defaults are Fusion's own
 
@@ -99,6 +99,7 @@ class Settings:
     hnsw_ef_construction: int = IndexParams.ef_construction
     hnsw_ef_search: int = IndexParams.ef_search  # HNSW recall at query time; chosen on the dev half (docs/search.md)
     rrf_k: int = _FUSION.rrf_k
+    line_batch_chunks: int = LINE_BATCH_CHUNKS  # message lines embedded per batch of chunks at ingest
     # Hybrid fusion and the relevance floor (core/search/fusion.py), chosen on the dev half of
     # benchmarks/questions/ with benchmarks/bench_retrieval.py (its results hold every variant).
     search_fusion: str = _FUSION.method  # "score" (min-max convex combination) | "rrf" (weighted)

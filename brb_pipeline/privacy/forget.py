@@ -142,6 +142,8 @@ def apply_forget(s: Settings, plan: dict[str, Any]) -> dict[str, Any]:
     if s.duckdb_path.exists():
         report["store_rows"] = compact_without(s.duckdb_path, doomed)
     report["store_next_removed"] = _unlink(s.duckdb_path.with_name(s.duckdb_path.name + ".next"))
+    # the message-line vectors kept from an unfinished run (chunk ids and vectors of anyone)
+    report["lines_resume_removed"] = _unlink(s.paths.lines_resume)
     faults.point("forget_store")
     # search log entries that routed to them or returned their chunks
     report["search_log"] = _forget_searches(s.brb_db, set(contact_ids), removed_chunk_ids)

@@ -120,7 +120,8 @@ def rekey(s: Settings) -> dict[str, Any]:
     old = keys.data_key(home)
     if _running(s):
         raise StoreError("an ingestion is running in this home: rotate the key when it has finished")
-    discard_next(s)
+    discard_next(s, keep_lines=False)
+    s.paths.lines_resume.unlink(missing_ok=True)  # a cache under the old key: lines are embedded again
     for p in _leftovers(home):  # a rotation killed in step 1
         p.unlink()
     new = keys.new_key_for_rotation()

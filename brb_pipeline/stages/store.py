@@ -21,9 +21,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import duckdb
+
 from brb_pipeline.core import faults, metadata
 from brb_pipeline.core.memory.tables import load_memory
-from brb_pipeline.core.store import duck
+from brb_pipeline.core.store import duck, line_index
 from brb_pipeline.core.errors import StoreError
 from brb_pipeline.core.progress import Progress
 from brb_pipeline.core.store.index import build_fts, build_hnsw, index_status
@@ -45,14 +47,36 @@ def _wal(p: Path) -> Path:
     return p.with_name(p.name + ".wal")
 
 
-def discard_next(s: Settings) -> bool:
-    """Delete a staging copy of the store (left by a killed or failed run). Returns whether one existed."""
+def discard_next(s: Settings, keep_lines: bool = True) -> bool:
+    """Delete a staging copy of the store (left by a killed or failed run). Returns whether one existed.
+
+    With ``keep_lines`` its message-line vectors are first added to the resume file
+    (:func:`.line_index.save_for_resume`), so the next index build does not embed them again; a
+    copy that cannot be read loses them (logged), never the discard."""
     nxt = s.paths.store_next
     existed = nxt.exists()
+    if existed and keep_lines:
+        _keep_lines(s, nxt)
     for f in (nxt, _wal(nxt)):
         f.unlink(missing_ok=True)
     shutil.rmtree(nxt.with_name(nxt.name + ".tmp"), ignore_errors=True)  # DuckDB's spill folder
     return existed
+
+
+def _keep_lines(s: Settings, nxt: Path) -> None:
+    t0 = time.perf_counter()
+    try:
+        con = duck.connect(nxt)
+        try:
+            kept = line_index.save_for_resume(con, s.paths.lines_resume, s.duckdb_path)
+        finally:
+            con.close()
+    except (StoreError, duckdb.Error, OSError) as exc:
+        log.warning("Saving - the message-line vectors of an unfinished run were not kept (%s)", type(exc).__name__)
+        return
+    if kept:
+        log.info("Saving - kept the message-line vectors of %d chunks from an unfinished run (%.1f s)", kept,
+                 time.perf_counter() - t0)
 
 
 def _begin_update(s: Settings) -> Path:
@@ -327,7 +351,8 @@ def _topics(s: Settings, embedder: Callable[[Settings], Any] | None, force: bool
     def run(con: Any) -> dict:
         out = index_topics(con, load, force=force, m=s.hnsw_m, ef_construction=s.hnsw_ef_construction,
                            region=s.default_region)
-        return {**out, **index_lines(con, load, progress=lines_done if progress else None)}
+        return {**out, **index_lines(con, load, progress=lines_done if progress else None,
+                                     resume=s.paths.lines_resume, batch=s.line_batch_chunks)}
 
     def lines_done(done: int, total: int) -> None:  # the saving stage's 45-70 %, by chunks embedded
         progress.update("saving", 45 + 25 * done / max(total, 1), "embedding message lines",

@@ -20,20 +20,32 @@ are gone or changed are deleted, chunks without a row are embedded (identical li
 overlap, so most lines are in two chunks; a one-message chunk's line is its whole text, and its
 own vector serves). A model change embeds everything again. Forgetting
 rewrites the store (:mod:`.compact`) with the rows of the kept chunks only.
+
+Resuming. The first embedding of a big store is long (505K lines took 23 min on two cores), and a
+staging copy left by a killed or failed run is discarded by the next one. Before it is, its rows
+are kept in a resume file beside the store (:func:`save_for_resume`, same key as the store; vectors
+and chunk ids, no text), and the next :func:`index_lines` takes the rows whose chunk text still
+matches (:func:`resume_from`) before embedding the rest; the file is deleted once every chunk has
+its rows.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import duckdb
 import numpy as np
 
 from brb_pipeline.core import faults
+from brb_pipeline.core.errors import StoreError
+from brb_pipeline.core.store import duck
 from brb_pipeline.core.store.duck import get_meta, set_meta, table_exists
+from brb_pipeline.core.store.params import LINE_BATCH_CHUNKS
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +54,10 @@ LINE_META = "line_index"  # meta: {"rows", "lines", "embedding_model", "dim", "s
 LINE_DDL = (f"CREATE TABLE IF NOT EXISTS {LINE_VECTORS} (chunk_id VARCHAR NOT NULL, text_md5 VARCHAR NOT NULL, "
             "lines INTEGER NOT NULL, vectors BLOB NOT NULL)")
 LINE_KEY_INDEX = "line_vectors_chunk"  # ART on chunk_id: a search reads ~100 rows of 64K by id in ~4 ms, not ~150
-_CHUNKS_PER_BATCH = 512  # chunks embedded (and inserted) together: bounded memory, steady progress
+_CHUNKS_PER_BATCH = LINE_BATCH_CHUNKS  # chunks embedded (and inserted) together: bounded memory, steady progress
+_RESUME = "_brb_lines_resume"  # the resume file's catalog while attached
+_RESUME_META = "resume_meta"  # its one row: the model and dimension of its vectors
+_PUBLISHED = "_brb_lines_published"  # the published store, read-only, while rows are kept
 _SCALE = 127.0
 
 
@@ -104,19 +119,24 @@ def drop_line_index(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def index_lines(con: duckdb.DuckDBPyConnection, embedder: Callable[[], Any], *,
-                progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+                progress: Callable[[int, int], None] | None = None, resume: Path | None = None,
+                batch: int | None = None) -> dict[str, Any]:
     """Bring ``line_vectors`` up to date with ``chunks`` (see the module doc).
 
     The embedder is asked for only when a chunk needs vectors. Each batch of chunks is inserted
-    as it is embedded; a run killed half-way leaves its staging copy, which is never published.
+    as it is embedded; a run killed half-way leaves its staging copy, which is never published
+    (its rows go to the resume file when it is discarded).
 
     Args:
         embedder: gives the store's embedding model.
         progress: called with (chunks done, chunks to do) after each batch.
+        resume: the resume file (:func:`save_for_resume`): its current rows are taken first, and
+            it is deleted once every chunk has its rows.
+        batch: chunks embedded and inserted together (default :data:`_CHUNKS_PER_BATCH`).
 
     Returns:
-        ``{"line_chunks", "lines_embedded", "lines_seconds"}``, plus ``lines_skipped`` (a reason)
-        when the embedder is not the store's model.
+        ``{"line_chunks", "lines_embedded", "lines_resumed", "lines_seconds"}``, plus
+        ``lines_skipped`` (a reason) when the embedder is not the store's model.
     """
     t0 = time.perf_counter()
     out: dict[str, Any] = {"line_chunks": 0, "lines_embedded": 0}
@@ -129,6 +149,7 @@ def index_lines(con: duckdb.DuckDBPyConnection, embedder: Callable[[], Any], *,
     con.execute(f"DROP INDEX IF EXISTS {LINE_KEY_INDEX}")  # rebuilt below: cheaper than kept up row by row
     con.execute(f"DELETE FROM {LINE_VECTORS} l WHERE NOT EXISTS (SELECT 1 FROM chunks c "
                 "WHERE c.chunk_id = l.chunk_id AND l.text_md5 = md5(coalesce(c.embedding_text, '')))")
+    out["lines_resumed"] = resume_from(con, resume) if resume is not None and resume.exists() else 0
     todo = [r[0] for r in con.execute(
         f"SELECT chunk_id FROM chunks c WHERE NOT EXISTS (SELECT 1 FROM {LINE_VECTORS} l "
         "WHERE l.chunk_id = c.chunk_id) ORDER BY chat_id, position, chunk_id").fetchall()]
@@ -139,12 +160,15 @@ def index_lines(con: duckdb.DuckDBPyConnection, embedder: Callable[[], Any], *,
                         emb.model_id, model)
             return {**out, "lines_skipped": "embedder is not the store's model",
                     "lines_seconds": round(time.perf_counter() - t0, 3)}
-        for i in range(0, len(todo), _CHUNKS_PER_BATCH):
-            out["lines_embedded"] += _embed_batch(con, emb, todo[i:i + _CHUNKS_PER_BATCH], int(dim))
+        step = max(1, int(batch or _CHUNKS_PER_BATCH))
+        for i in range(0, len(todo), step):
+            out["lines_embedded"] += _embed_batch(con, emb, todo[i:i + step], int(dim))
             faults.point("lines_embedding")
             if progress is not None:
-                progress(min(i + _CHUNKS_PER_BATCH, len(todo)), len(todo))
+                progress(min(i + step, len(todo)), len(todo))
     con.execute(f"CREATE INDEX {LINE_KEY_INDEX} ON {LINE_VECTORS} (chunk_id)")
+    if resume is not None:
+        resume.unlink(missing_ok=True)  # every chunk has its rows: the kept ones have served
     rows, lines = con.execute(f"SELECT count(*), coalesce(sum(lines), 0) FROM {LINE_VECTORS}").fetchone()
     seconds = time.perf_counter() - t0
     set_meta(con, LINE_META, {"rows": int(rows), "lines": int(lines), "embedding_model": model, "dim": dim,
@@ -153,7 +177,116 @@ def index_lines(con: duckdb.DuckDBPyConnection, embedder: Callable[[], Any], *,
     if todo:
         log.info("Indexing - %d message lines of %d chunks embedded in %.1f s", out["lines_embedded"], len(todo),
                  seconds)
+    if out["lines_resumed"]:
+        log.info("Indexing - message-line vectors of %d chunks taken from an interrupted run", out["lines_resumed"])
     return {**out, "line_chunks": int(rows), "lines_seconds": round(seconds, 3)}
+
+
+def _rows_model(con: duckdb.DuckDBPyConnection) -> tuple[Any, Any]:
+    """The model and dimension of the rows in ``line_vectors``: :data:`LINE_META`'s when it is set
+    (a finished index, or the published store's rows in a copy whose model may have changed
+    since), else the store's own (:func:`index_lines` dropped the old rows, then embedded with it)."""
+    info = get_meta(con, LINE_META)
+    if info:
+        return info.get("embedding_model"), info.get("dim")
+    return get_meta(con, "embedding_model"), get_meta(con, "dim")
+
+
+def _in(con: duckdb.DuckDBPyConnection, catalog: str, table: str) -> bool:
+    return bool(con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = ? AND schema_name = 'main' "
+                            "AND table_name = ?", [catalog, table]).fetchone()[0])
+
+
+def save_for_resume(con: duckdb.DuckDBPyConnection, target: Path, published: Path | None = None) -> int:
+    """Add the line vectors of ``con`` (a staging copy about to be discarded) to the resume file
+    ``target`` (created, encrypted as the store is; rows of another model in it are replaced).
+    Rows that the ``published`` store holds too (same chunk text, same model) are left out: the
+    next copy starts from it. Returns the rows added.
+
+    Raises:
+        StoreError: ``target`` cannot be opened (locked, damaged, another key).
+        duckdb.Error: a read or write failed.
+    """
+    if not table_exists(con, LINE_VECTORS):
+        return 0
+    model, dim = _rows_model(con)
+    if not model or not dim:
+        return 0
+    duck.attach(con, target, _RESUME)
+    try:
+        con.execute(f"CREATE TABLE IF NOT EXISTS {_RESUME}.main.{_RESUME_META} (embedding_model VARCHAR, dim INTEGER)")
+        con.execute(LINE_DDL.replace(f"EXISTS {LINE_VECTORS}", f"EXISTS {_RESUME}.main.{LINE_VECTORS}"))
+        if con.execute(f"SELECT embedding_model, dim FROM {_RESUME}.main.{_RESUME_META}").fetchall() != [(model, dim)]:
+            con.execute(f"DELETE FROM {_RESUME}.main.{LINE_VECTORS}")
+            con.execute(f"DELETE FROM {_RESUME}.main.{_RESUME_META}")
+            con.execute(f"INSERT INTO {_RESUME}.main.{_RESUME_META} VALUES (?, ?)", [model, int(dim)])
+        before = con.execute(f"SELECT count(*) FROM {_RESUME}.main.{LINE_VECTORS}").fetchone()[0]
+        skip = _published_rows(con, published, model, dim)
+        con.execute(f"INSERT INTO {_RESUME}.main.{LINE_VECTORS} SELECT l.* FROM {LINE_VECTORS} l "
+                    "WHERE octet_length(l.vectors) = l.lines * ? AND NOT EXISTS (SELECT 1 FROM "
+                    f"{_RESUME}.main.{LINE_VECTORS} r WHERE r.chunk_id = l.chunk_id AND r.text_md5 = l.text_md5)"
+                    + (f" AND NOT EXISTS (SELECT 1 FROM {skip} p WHERE p.chunk_id = l.chunk_id AND "
+                       "p.text_md5 = l.text_md5)" if skip else ""), [int(dim)])
+        added = con.execute(f"SELECT count(*) FROM {_RESUME}.main.{LINE_VECTORS}").fetchone()[0] - before
+        con.execute(f"CHECKPOINT {_RESUME}")
+        return int(added)
+    finally:
+        for name in (_RESUME, _PUBLISHED):
+            try:
+                con.execute(f"DETACH DATABASE IF EXISTS {name}")
+            except duckdb.Error:
+                pass
+
+
+def _published_rows(con: duckdb.DuckDBPyConnection, published: Path | None, model: Any, dim: Any) -> str | None:
+    """The published store's ``line_vectors``, attached read-only, when its rows are of ``model``
+    (None: nothing to leave out, or the store cannot be opened now, e.g. damaged)."""
+    if published is None or not published.exists():
+        return None
+    try:
+        duck.attach(con, published, _PUBLISHED, read_only=True)
+        info = con.execute(f"SELECT value FROM {_PUBLISHED}.main.meta WHERE key = ?", [LINE_META]).fetchone() \
+            if _in(con, _PUBLISHED, "meta") else None
+    except (StoreError, duckdb.Error):
+        return None
+    info = json.loads(info[0]) if info else {}
+    if info.get("embedding_model") != model or info.get("dim") != dim or not _in(con, _PUBLISHED, LINE_VECTORS):
+        return None
+    return f"{_PUBLISHED}.main.{LINE_VECTORS}"
+
+
+def resume_from(con: duckdb.DuckDBPyConnection, source: Path) -> int:
+    """Insert the rows of the resume file ``source`` that are current for this store (same model
+    and dimension, a chunk whose text has the row's md5, no row yet). Returns chunks taken.
+    A file that cannot be read is deleted and logged, never an error: its lines are embedded."""
+    model, dim = get_meta(con, "embedding_model"), get_meta(con, "dim")
+    try:
+        duck.attach(con, source, _RESUME, read_only=True)
+    except StoreError as exc:
+        log.warning("Indexing - the line vectors kept from an interrupted run were not read (%s); embedding them "
+                    "again", type(exc).__name__)
+        source.unlink(missing_ok=True)
+        return 0
+    try:
+        if not (_in(con, _RESUME, _RESUME_META) and _in(con, _RESUME, LINE_VECTORS)) or con.execute(
+                f"SELECT embedding_model, dim FROM {_RESUME}.main.{_RESUME_META}").fetchall() != [(model, dim)]:
+            return 0
+        before = con.execute(f"SELECT count(*) FROM {LINE_VECTORS}").fetchone()[0]
+        con.execute(f"INSERT INTO {LINE_VECTORS} SELECT r.* FROM {_RESUME}.main.{LINE_VECTORS} r "
+                    "JOIN chunks c ON c.chunk_id = r.chunk_id AND r.text_md5 = md5(coalesce(c.embedding_text, '')) "
+                    f"WHERE octet_length(r.vectors) = r.lines * ? AND NOT EXISTS (SELECT 1 FROM {LINE_VECTORS} l "
+                    "WHERE l.chunk_id = r.chunk_id) QUALIFY row_number() OVER (PARTITION BY r.chunk_id) = 1",
+                    [int(dim)])
+        return int(con.execute(f"SELECT count(*) FROM {LINE_VECTORS}").fetchone()[0] - before)
+    except duckdb.Error as exc:
+        log.warning("Indexing - the line vectors kept from an interrupted run were not read (%s); embedding them "
+                    "again", type(exc).__name__)
+        return 0
+    finally:
+        try:
+            con.execute(f"DETACH {_RESUME}")
+        except duckdb.Error:
+            pass
 
 
 def _embed_batch(con: duckdb.DuckDBPyConnection, emb: Any, chunk_ids: Sequence[str], dim: int) -> int:

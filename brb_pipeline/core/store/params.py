@@ -21,3 +21,9 @@ class IndexParams:
     ef_construction: int = 128
     ef_search: int = 256
     metric: str = "cosine"
+
+
+#: Chunks whose message lines are embedded (and saved) together at ingest (the
+#: ``line_batch_chunks`` setting, :func:`.line_index.index_lines`): memory per batch, and what a
+#: killed run can lose before its lines are kept for the next one.
+LINE_BATCH_CHUNKS = 512
