@@ -52,6 +52,27 @@ def test_automation_is_off_until_the_user_turns_it_on():
     assert with_condition <= targeted
 
 
+def test_schedule_enabled_starts_the_sensor_running(tmp_path, monkeypatch):
+    """The one switch a user can set outside the UI: ``schedule_enabled`` (config.json or
+    BRB_SCHEDULE_ENABLED) makes the sensor's default RUNNING; unset, or a config that does not
+    read, it stays STOPPED."""
+    from brb_pipeline.orchestration import automation
+
+    monkeypatch.setenv("BRB_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("BRB_SCHEDULE_ENABLED", raising=False)
+    assert automation.automation_sensor().default_status == dg.DefaultSensorStatus.STOPPED
+    monkeypatch.setenv("BRB_SCHEDULE_ENABLED", "1")
+    sensor = automation.automation_sensor()
+    assert sensor.default_status == dg.DefaultSensorStatus.RUNNING and sensor.name == "brb_automation"
+    monkeypatch.delenv("BRB_SCHEDULE_ENABLED")
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "config.json").write_text('{"schedule_enabled": true}')
+    assert automation.automation_sensor().default_status == dg.DefaultSensorStatus.RUNNING
+    (tmp_path / "home" / "config.json").write_text("{not json")
+    assert automation.automation_sensor().default_status == dg.DefaultSensorStatus.STOPPED
+    assert automation.automation_sensor(enabled=False).default_status == dg.DefaultSensorStatus.STOPPED
+
+
 def test_the_sources_version_watches_mail_only_when_it_is_on(tmp_path, make_chatdb, monkeypatch):
     from brb_pipeline.demo.mail_writer import OWNER, MailRecord, rfc822, write_mail_store
 

@@ -329,8 +329,12 @@ def ui(port, home):
 
     s = _settings(home, write=True)
     instance_for(s)
-    click.echo("brb: automation is off (nothing reads your messages in the background) until you turn on "
-               "brb_automation: Dagster UI -> Automation", err=True)
+    if s.schedule_enabled:
+        click.echo(f"brb: automation starts on (schedule_enabled): brb re-ingests when chat.db changes and at "
+                   f"'{s.schedule_cron}'; a choice made in Dagster UI -> Automation wins", err=True)
+    else:
+        click.echo("brb: automation is off (nothing reads your messages in the background) until you turn on "
+                   "brb_automation: Dagster UI -> Automation, or set schedule_enabled", err=True)
     from brb_pipeline.orchestration.finder import start_finder
 
     finder = start_finder(s.brb_db, port, default_region=s.default_region)  # names never reach Dagster

@@ -23,7 +23,8 @@ per-batch decision is ``stages.incremental.pending_work``'s, reported as ``batch
 
 Privacy: nothing reads messages in the background unless the user turned it on. The sensor is
 created STOPPED and covers every asset (so Dagster makes no default sensor of its own); a user
-starts it in the UI under Automation, and the instance remembers it.
+starts it in the UI under Automation, and the instance remembers it, or sets ``schedule_enabled``
+(``config.json`` or ``BRB_SCHEDULE_ENABLED=1``), which makes it start RUNNING.
 """
 
 from __future__ import annotations
@@ -57,13 +58,30 @@ def snapshot_condition(cron: str | None = None) -> dg.AutomationCondition:
     return (EAGER | scheduled).with_label("sources changed, or the schedule")
 
 
-AUTOMATION_SENSOR = dg.AutomationConditionSensorDefinition(
-    "brb_automation",
-    target=dg.AssetSelection.all(include_sources=True),  # the observable source too
-    default_status=dg.DefaultSensorStatus.STOPPED,
-    minimum_interval_seconds=30,
-    run_tags={"brb/source": "automation"},
-    description="Evaluates every asset's automation condition: re-ingests when the message sources change and "
-                "carries the changed batches through embedding, the store and the map (off by default: "
-                "nothing reads your messages in the background until you turn it on).",
-)
+def _automation_on() -> bool:
+    """The ``schedule_enabled`` setting of the home (``config.json`` or ``BRB_SCHEDULE_ENABLED``)."""
+    try:
+        return bool(Settings.load().schedule_enabled)
+    except Exception:  # a broken config.json must not break loading the UI; off is the safe side
+        return False
+
+
+def automation_sensor(enabled: bool | None = None) -> dg.AutomationConditionSensorDefinition:
+    """The one automation sensor: STOPPED unless the user set ``schedule_enabled`` (``enabled``
+    None reads it). It is Dagster's *default* status: a choice made in the UI is stored in the
+    instance and wins over it."""
+    on = _automation_on() if enabled is None else enabled
+    return dg.AutomationConditionSensorDefinition(
+        "brb_automation",
+        target=dg.AssetSelection.all(include_sources=True),  # the observable source too
+        default_status=dg.DefaultSensorStatus.RUNNING if on else dg.DefaultSensorStatus.STOPPED,
+        minimum_interval_seconds=30,
+        run_tags={"brb/source": "automation"},
+        description="Evaluates every asset's automation condition: re-ingests when the message sources change and "
+                    "carries the changed batches through embedding, the store and the map (off by default: "
+                    "nothing reads your messages in the background until you turn it on here, or set "
+                    "schedule_enabled).",
+    )
+
+
+AUTOMATION_SENSOR = automation_sensor()
