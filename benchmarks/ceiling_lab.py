@@ -23,8 +23,6 @@ Writes ``benchmarks/results/ceiling_lab_dev.json``.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -37,9 +35,8 @@ for p in (ROOT, ROOT / "benchmarks"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-import bench_long_chats as blc  # noqa: E402
 import bench_retrieval as br  # noqa: E402
-import long_chats as lc  # noqa: E402
+import line_rerank_lab  # noqa: E402
 import polars as pl  # noqa: E402
 
 from brb_pipeline.config.settings import Settings  # noqa: E402
@@ -168,41 +165,22 @@ def own_dev(home: Path, patch: Patch) -> tuple[dict, dict]:
 
 
 def lc_dev(work: Path, patch: Patch) -> dict[str, dict[str, Any]]:
-    from brb_pipeline.search.query import Searcher
+    def setup(m: int, k: int, beta: float) -> dict[str, Any]:
+        patch.set(m, k, beta)
+        return {"mode": "hybrid"}
 
-    found: dict[str, list] = {name: [] for name, *_ in VARIANTS}
-    for stem in lc.CONVERSATIONS:
-        qs = [q for q in lc.questions(stem, lc.load(stem)) if q.half == "dev"]
-        with Searcher.open(Settings.load(blc.ingest(stem, work, True))) as searcher:
-            for name, m, k, beta in VARIANTS:
-                patch.set(m, k, beta)
-                for q in qs:
-                    hits = searcher.search(q.text, k=blc.K, log=False, mode="hybrid")["hits"]
-                    found[name].append((q, *blc.judge([h["text"] or "" for h in hits], q.evidence)))
-    out = {}
-    for name, rows in found.items():
-        out[name] = {c: sum(1 for q, r, _ in rows if q.category == c and r and r <= 5) for c in lc.CATEGORIES.values()}
-        out[name]["all"] = sum(out[name].values())
-        out[name]["mrr"] = round(sum(1 / r for _, r, _ in rows if r) / len(rows), 3)
-    return out
+    return line_rerank_lab.lc_dev_counts(work, [(name, lambda v=(m, k, beta): setup(*v))
+                                                for name, m, k, beta in VARIANTS])
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--home", type=Path, required=True)
-    ap.add_argument("--lc-work", type=Path, required=True)
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "ceiling_lab_dev.json")
-    args = ap.parse_args()
+    args = line_rerank_lab.dev_args(__doc__, "ceiling_lab_dev.json")
     patch = Patch()
     ceiling, variants = own_dev(args.home, patch)
     result = {"own_dev ceiling (questions with a relevant chunk in the top N of each list, no merging)": ceiling,
               "own_dev variants (hit@5 counts of 98)": variants,
               "long_chats_dev variants (recall@5 counts of 136)": lc_dev(args.lc_work, patch)}
-    for part, table in result.items():
-        print(part)
-        for name, row in table.items():
-            print(f"  {name:22s} {json.dumps(row)}")
-    args.out.write_text(json.dumps(result, indent=1))
+    line_rerank_lab.write_tables(result, args.out)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,14 +68,21 @@ def own_dev(home: Path) -> dict[str, dict[str, Any]]:
 
 
 def lc_dev(work: Path) -> dict[str, dict[str, Any]]:
+    return lc_dev_counts(work, [(name, lambda w=w: _set(w)) for name, w in VARIANTS])
+
+
+def lc_dev_counts(work: Path, variants: Sequence[tuple[str, Callable[[], dict[str, Any]]]]
+                  ) -> dict[str, dict[str, Any]]:
+    """Recall@5 counts per category and MRR@10 of each variant on the long-chats dev half:
+    ``variants`` are (name, a function that sets the variant up and gives the search options)."""
     from brb_pipeline.search.query import Searcher
 
-    found: dict[str, list] = {name: [] for name, _ in VARIANTS}
+    found: dict[str, list] = {name: [] for name, _ in variants}
     for stem in lc.CONVERSATIONS:
         qs = [q for q in lc.questions(stem, lc.load(stem)) if q.half == "dev"]
         with Searcher.open(Settings.load(blc.ingest(stem, work, True))) as searcher:
-            for name, w in VARIANTS:
-                opts = _set(w)
+            for name, setup in variants:
+                opts = setup()
                 for q in qs:
                     hits = searcher.search(q.text, k=blc.K, log=False, **opts)["hits"]
                     found[name].append((q, *blc.judge([h["text"] or "" for h in hits], q.evidence)))
@@ -86,19 +94,30 @@ def lc_dev(work: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def write_tables(result: dict[str, dict[str, Any]], out: Path) -> None:
+    """Print each part's rows (one JSON line per variant) and write them all to ``out``."""
+    for part, table in result.items():
+        print(part)
+        for name, row in table.items():
+            print(f"  {name:22s} {json.dumps(row)}")
+    out.write_text(json.dumps(result, indent=1))
+
+
+def dev_args(doc: str, out_name: str) -> argparse.Namespace:
+    """``--home`` (a full demo home), ``--lc-work`` (the long-chats homes), ``--out`` (default
+    ``benchmarks/results/<out_name>``): the arguments of the labs that run both dev halves."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--home", type=Path, required=True)
     ap.add_argument("--lc-work", type=Path, required=True)
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "line_rerank_lab_dev_weights.json")
-    args = ap.parse_args()
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / out_name)
+    return ap.parse_args()
+
+
+def main() -> None:
+    args = dev_args(__doc__, "line_rerank_lab_dev_weights.json")
     result = {"own_dev (hit@5 counts of 98)": own_dev(args.home), "long_chats_dev (recall@5 counts of 136)":
               lc_dev(args.lc_work)}
-    for half, table in result.items():
-        print(half)
-        for name, row in table.items():
-            print(f"  {name:18s} {json.dumps(row)}")
-    args.out.write_text(json.dumps(result, indent=1))
+    write_tables(result, args.out)
 
 
 if __name__ == "__main__":
