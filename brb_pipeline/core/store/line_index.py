@@ -150,6 +150,8 @@ def index_lines(con: duckdb.DuckDBPyConnection, embedder: Callable[[], Any], *,
     con.execute(f"DELETE FROM {LINE_VECTORS} l WHERE NOT EXISTS (SELECT 1 FROM chunks c "
                 "WHERE c.chunk_id = l.chunk_id AND l.text_md5 = md5(coalesce(c.embedding_text, '')))")
     out["lines_resumed"] = resume_from(con, resume) if resume is not None and resume.exists() else 0
+    if out["lines_resumed"]:
+        log.info("Indexing - message-line vectors of %d chunks taken from an interrupted run", out["lines_resumed"])
     todo = [r[0] for r in con.execute(
         f"SELECT chunk_id FROM chunks c WHERE NOT EXISTS (SELECT 1 FROM {LINE_VECTORS} l "
         "WHERE l.chunk_id = c.chunk_id) ORDER BY chat_id, position, chunk_id").fetchall()]
@@ -177,8 +179,6 @@ def index_lines(con: duckdb.DuckDBPyConnection, embedder: Callable[[], Any], *,
     if todo:
         log.info("Indexing - %d message lines of %d chunks embedded in %.1f s", out["lines_embedded"], len(todo),
                  seconds)
-    if out["lines_resumed"]:
-        log.info("Indexing - message-line vectors of %d chunks taken from an interrupted run", out["lines_resumed"])
     return {**out, "line_chunks": int(rows), "lines_seconds": round(seconds, 3)}
 
 
