@@ -177,6 +177,7 @@ def test_an_interrupted_line_embedding_resumes_from_the_kept_rows(tmp_path, monk
     assert save_for_resume(con, resume) == 0  # kept once: a second discard adds nothing
     # rows the published store holds as well (same texts, same model) are not kept
     assert save_for_resume(con, tmp_path / "other.lines", published=tmp_path / "clean" / "brb.duckdb") == 0
+    assert not (tmp_path / "other.lines").exists()  # with nothing to take, no file is left behind
     # the next run's copy: the chunks again (one of the kept ones has grown since), no line rows
     con.execute(f"DROP TABLE {LINE_VECTORS}")
     grown = sorted(done)[0]

@@ -213,6 +213,7 @@ def save_for_resume(con: duckdb.DuckDBPyConnection, target: Path, published: Pat
     if not model or not dim:
         return 0
     duck.attach(con, target, _RESUME)
+    total = None  # rows in the file once written; 0 deletes it
     try:
         con.execute(f"CREATE TABLE IF NOT EXISTS {_RESUME}.main.{_RESUME_META} (embedding_model VARCHAR, dim INTEGER)")
         con.execute(LINE_DDL.replace(f"EXISTS {LINE_VECTORS}", f"EXISTS {_RESUME}.main.{LINE_VECTORS}"))
@@ -227,15 +228,18 @@ def save_for_resume(con: duckdb.DuckDBPyConnection, target: Path, published: Pat
                     f"{_RESUME}.main.{LINE_VECTORS} r WHERE r.chunk_id = l.chunk_id AND r.text_md5 = l.text_md5)"
                     + (f" AND NOT EXISTS (SELECT 1 FROM {skip} p WHERE p.chunk_id = l.chunk_id AND "
                        "p.text_md5 = l.text_md5)" if skip else ""), [int(dim)])
-        added = con.execute(f"SELECT count(*) FROM {_RESUME}.main.{LINE_VECTORS}").fetchone()[0] - before
+        total = con.execute(f"SELECT count(*) FROM {_RESUME}.main.{LINE_VECTORS}").fetchone()[0]
         con.execute(f"CHECKPOINT {_RESUME}")
-        return int(added)
+        return int(total - before)
     finally:
         for name in (_RESUME, _PUBLISHED):
             try:
                 con.execute(f"DETACH DATABASE IF EXISTS {name}")
             except duckdb.Error:
                 pass
+        if total == 0:  # nothing the next run could take: no file left behind
+            for f in (target, target.with_name(target.name + ".wal")):
+                f.unlink(missing_ok=True)
 
 
 def _published_rows(con: duckdb.DuckDBPyConnection, published: Path | None, model: Any, dim: Any) -> str | None:
