@@ -83,11 +83,11 @@ def compact_without(path: Path, contact_ids: Iterable[str]) -> int:
             f"INSERT INTO chunks ({collist}) SELECT {collist} FROM {duck.CATALOG}.main.chunks "
             "WHERE contact_id IS NULL OR contact_id NOT IN (SELECT unnest(?::VARCHAR[]))", [doomed])
         kept = int(con.execute("SELECT count(*) FROM chunks").fetchone()[0])
-        if table_exists_in(con, duck.CATALOG, "meta"):
+        if table_exists(con, "meta", duck.CATALOG):
             # index facts are written again by the rebuilds below
             con.execute(f"INSERT INTO meta SELECT * FROM {duck.CATALOG}.main.meta WHERE key NOT IN ('hnsw', 'fts')")
         topics_kept = _copy_memory(con, doomed, dim)
-        if table_exists_in(con, duck.CATALOG, line_index.LINE_VECTORS):
+        if table_exists(con, line_index.LINE_VECTORS, duck.CATALOG):
             line_index.copy_kept(con, duck.CATALOG)  # the kept chunks' line vectors only
         con.execute("CHECKPOINT")
         con.execute(f"USE {duck.CATALOG}")
@@ -124,22 +124,14 @@ def _copy_memory(con, doomed: list[str], dim: int) -> int:
     """Copy the distilled memory without the doomed contacts: their topics, their profile and the
     topics' vectors stay behind in the old file. Returns the topic vectors kept."""
     for table, ddl in (("topics", TOPICS_DDL), ("profiles", PROFILES_DDL)):
-        if table_exists_in(con, duck.CATALOG, table):
+        if table_exists(con, table, duck.CATALOG):
             con.execute(ddl)
             con.execute(f"INSERT INTO {table} SELECT * FROM {duck.CATALOG}.main.{table} "
                         "WHERE contact_id IS NULL OR contact_id NOT IN (SELECT unnest(?::VARCHAR[]))", [doomed])
     vectors = topic_index.TOPIC_VECTORS
-    if not (table_exists_in(con, duck.CATALOG, vectors) and table_exists_in(con, _NEW, "topics")):
+    if not (table_exists(con, vectors, duck.CATALOG) and table_exists(con, "topics", _NEW)):
         return 0
     con.execute(topic_index.vectors_ddl(dim))
     con.execute(f"INSERT INTO {vectors} SELECT * FROM {duck.CATALOG}.main.{vectors} "
                 "WHERE topic_id IN (SELECT topic_id FROM topics)")
     return int(con.execute(f"SELECT count(*) FROM {vectors}").fetchone()[0])
-
-
-def table_exists_in(con, catalog: str, name: str) -> bool:
-    row = con.execute(
-        "SELECT count(*) FROM duckdb_tables() WHERE database_name = ? AND schema_name = 'main' AND table_name = ?",
-        [catalog, name],
-    ).fetchone()
-    return bool(row and row[0])

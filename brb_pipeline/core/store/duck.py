@@ -215,21 +215,23 @@ def encrypted(con: duckdb.DuckDBPyConnection) -> bool:
 META_DDL = "CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR NOT NULL)"
 
 
-def table_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
-    """True when ``name`` is a table of the current catalog's ``main`` schema."""
+def table_exists(con: duckdb.DuckDBPyConnection, name: str, catalog: str | None = None) -> bool:
+    """True when ``name`` is a table of the ``main`` schema of ``catalog`` (default: the current one)."""
     row = con.execute(
-        "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
+        "SELECT count(*) FROM duckdb_tables() WHERE database_name = coalesce(?, current_database()) "
         "AND schema_name = 'main' AND table_name = ?",
-        [name],
+        [catalog, name],
     ).fetchone()
     return bool(row and row[0])
 
 
-def get_meta(con: duckdb.DuckDBPyConnection, key: str, default: object = None) -> object:
-    """Return the JSON-decoded meta value for ``key`` (``default`` when absent)."""
-    if not table_exists(con, "meta"):
+def get_meta(con: duckdb.DuckDBPyConnection, key: str, default: object = None, catalog: str | None = None) -> object:
+    """Return the JSON-decoded meta value for ``key`` (``default`` when absent), from ``catalog``'s
+    meta table (default: the current catalog's)."""
+    if not table_exists(con, "meta", catalog):
         return default
-    row = con.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()
+    table = f"{catalog}.main.meta" if catalog else "meta"
+    row = con.execute(f"SELECT value FROM {table} WHERE key = ?", [key]).fetchone()
     return json.loads(row[0]) if row else default
 
 

@@ -31,7 +31,6 @@ its rows.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -192,11 +191,6 @@ def _rows_model(con: duckdb.DuckDBPyConnection) -> tuple[Any, Any]:
     return get_meta(con, "embedding_model"), get_meta(con, "dim")
 
 
-def _in(con: duckdb.DuckDBPyConnection, catalog: str, table: str) -> bool:
-    return bool(con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = ? AND schema_name = 'main' "
-                            "AND table_name = ?", [catalog, table]).fetchone()[0])
-
-
 def save_for_resume(con: duckdb.DuckDBPyConnection, target: Path, published: Path | None = None) -> int:
     """Add the line vectors of ``con`` (a staging copy about to be discarded) to the resume file
     ``target`` (created, encrypted as the store is; rows of another model in it are replaced).
@@ -249,12 +243,10 @@ def _published_rows(con: duckdb.DuckDBPyConnection, published: Path | None, mode
         return None
     try:
         duck.attach(con, published, _PUBLISHED, read_only=True)
-        info = con.execute(f"SELECT value FROM {_PUBLISHED}.main.meta WHERE key = ?", [LINE_META]).fetchone() \
-            if _in(con, _PUBLISHED, "meta") else None
+        info = get_meta(con, LINE_META, {}, catalog=_PUBLISHED) or {}
     except (StoreError, duckdb.Error):
         return None
-    info = json.loads(info[0]) if info else {}
-    if info.get("embedding_model") != model or info.get("dim") != dim or not _in(con, _PUBLISHED, LINE_VECTORS):
+    if (info.get("embedding_model"), info.get("dim")) != (model, dim) or not table_exists(con, LINE_VECTORS, _PUBLISHED):
         return None
     return f"{_PUBLISHED}.main.{LINE_VECTORS}"
 
@@ -272,7 +264,7 @@ def resume_from(con: duckdb.DuckDBPyConnection, source: Path) -> int:
         source.unlink(missing_ok=True)
         return 0
     try:
-        if not (_in(con, _RESUME, _RESUME_META) and _in(con, _RESUME, LINE_VECTORS)) or con.execute(
+        if not (table_exists(con, _RESUME_META, _RESUME) and table_exists(con, LINE_VECTORS, _RESUME)) or con.execute(
                 f"SELECT embedding_model, dim FROM {_RESUME}.main.{_RESUME_META}").fetchall() != [(model, dim)]:
             return 0
         before = con.execute(f"SELECT count(*) FROM {LINE_VECTORS}").fetchone()[0]
