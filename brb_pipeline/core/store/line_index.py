@@ -271,7 +271,7 @@ def resume_from(con: duckdb.DuckDBPyConnection, source: Path) -> int:
         con.execute(f"INSERT INTO {LINE_VECTORS} SELECT r.* FROM {_RESUME}.main.{LINE_VECTORS} r "
                     "JOIN chunks c ON c.chunk_id = r.chunk_id AND r.text_md5 = md5(coalesce(c.embedding_text, '')) "
                     f"WHERE octet_length(r.vectors) = r.lines * ? AND NOT EXISTS (SELECT 1 FROM {LINE_VECTORS} l "
-                    "WHERE l.chunk_id = r.chunk_id) QUALIFY row_number() OVER (PARTITION BY r.chunk_id) = 1",
+                    "WHERE l.chunk_id = r.chunk_id)",  # one row per (chunk, text) in the file: one matches
                     [int(dim)])
         return int(con.execute(f"SELECT count(*) FROM {LINE_VECTORS}").fetchone()[0] - before)
     except duckdb.Error as exc:
